@@ -1,0 +1,1 @@
+"""The ``torchneuron`` command line: ``info``, ``pilot`` and ``coverage``."""

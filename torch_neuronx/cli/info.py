@@ -1,0 +1,78 @@
+"""``torchneuron info``: what ``neuron-ls`` shows, for the emulated instance."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def collect() -> dict:
+    import torch
+
+    import torch_neuronx  # noqa: F401
+
+    topo = torch.neuron.topology()
+    profile = topo.profile
+    cores = []
+    for i in range(torch.neuron.device_count()):
+        free, total = torch.neuron.mem_get_info(i)
+        cores.append({"index": i, "hbm_bytes": total, "free_bytes": free})
+    return {
+        "emulated": True,
+        "instance_type": profile.name,
+        "family": profile.family,
+        "figures_confirmed": profile.confirmed,
+        "chips": profile.chips,
+        "physical_cores_per_chip": profile.cores_per_chip,
+        "logical_nc_config": topo.lnc,
+        "logical_cores_total": topo.total_logical_cores,
+        "visible_cores": topo.device_count,
+        "hbm_per_core_bytes": topo.hbm_per_core,
+        "price_per_hour_usd": profile.price_per_hour,
+        "price_source": profile.price_source,
+        "torch_version": torch.__version__,
+        "cores": cores,
+    }
+
+
+def render(info: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(
+        f"[bold]{info['instance_type']}[/bold] ({info['family']}) — "
+        "[yellow]NeuronCores are emulated on the host CPU; device memory is host RAM "
+        "accounted per core[/yellow]"
+    )
+    table = Table(show_header=False, box=None)
+    gib = 2**30
+    price = info["price_per_hour_usd"]
+    rows = [
+        ("chips", info["chips"]),
+        ("physical cores per chip", info["physical_cores_per_chip"]),
+        ("logical NeuronCore config (LNC)", info["logical_nc_config"]),
+        ("logical cores on the instance", info["logical_cores_total"]),
+        ("cores visible to this process", info["visible_cores"]),
+        ("HBM per logical core", f"{info['hbm_per_core_bytes'] / gib:.1f} GiB"),
+        ("price per hour", f"${price:.2f} ({info['price_source']})" if price else info["price_source"]),
+        ("figures confirmed by AWS docs", "yes" if info["figures_confirmed"] else "no (widely reported)"),
+        ("torch", info["torch_version"]),
+    ]
+    for key, value in rows:
+        table.add_row(f"[cyan]{key}[/cyan]", str(value))
+    console.print(table)
+
+
+def run(args: argparse.Namespace) -> int:
+    info = collect()
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        render(info)
+    return 0
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("info", help="show the emulated instance, its cores and HBM")
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.set_defaults(func=run)

@@ -1,0 +1,137 @@
+// PrivateUse1 hooks and per-core random generators.
+//
+// The hooks are how PyTorch's generic code (torch.accelerator, storage
+// resize for FSDP2, torch.Generator(device="neuron")) reaches the runtime.
+// Each core has its own generator; it is a CPU (mt19937) generator tagged
+// with the neuron device so that seeds and states behave exactly as on CPU.
+#include "NeuronRuntime.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/GeneratorForPrivateuseone.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <cstring>
+#include <deque>
+#include <mutex>
+
+namespace torch_neuronx {
+namespace {
+
+class NeuronGenerator final : public at::CPUGeneratorImpl {
+ public:
+  explicit NeuronGenerator(c10::DeviceIndex index)
+      : at::CPUGeneratorImpl(c10::detail::getNonDeterministicRandom()) {
+    device_ = c10::Device(kNeuron, index);
+    key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
+  }
+
+ private:
+  NeuronGenerator* clone_impl() const override {
+    auto* copy = new NeuronGenerator(device_.index());
+    copy->set_engine(const_cast<NeuronGenerator*>(this)->engine());
+    copy->set_next_float_normal_sample(
+        const_cast<NeuronGenerator*>(this)->next_float_normal_sample());
+    copy->set_next_double_normal_sample(
+        const_cast<NeuronGenerator*>(this)->next_double_normal_sample());
+    return copy;
+  }
+};
+
+std::mutex g_generators_mutex;
+std::deque<at::Generator> g_default_generators; // stable addresses
+
+class NeuronHooks final : public at::PrivateUse1HooksInterface {
+ public:
+  bool isBuilt() const override {
+    return true;
+  }
+
+  bool isAvailable() const override {
+    return device_count() > 0;
+  }
+
+  bool hasPrimaryContext(c10::DeviceIndex) const override {
+    return runtime_initialized();
+  }
+
+  c10::DeviceIndex deviceCount() const override {
+    return device_count();
+  }
+
+  void setCurrentDevice(c10::DeviceIndex index) const override {
+    set_current_device(index);
+  }
+
+  c10::DeviceIndex getCurrentDevice() const override {
+    return current_device();
+  }
+
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex index) const override {
+    const auto previous = current_device();
+    set_current_device(index);
+    return previous;
+  }
+
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex index) const override {
+    return exchangeDevice(index);
+  }
+
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override {
+    return default_generator(index);
+  }
+
+  at::Generator getNewGenerator(c10::DeviceIndex index) const override {
+    return at::make_generator<NeuronGenerator>(index < 0 ? current_device() : index);
+  }
+
+  c10::Device getDeviceFromPtr(void*) const override {
+    return c10::Device(kNeuron, current_device());
+  }
+
+  bool isPinnedPtr(const void*) const override {
+    return false;
+  }
+
+  c10::Allocator* getPinnedMemoryAllocator() const override {
+    return c10::GetCPUAllocator(); // device memory is host memory already
+  }
+
+  // FSDP2 frees and re-allocates parameter storage with storage.resize_().
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    auto* impl = storage.unsafeGetStorageImpl();
+    TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+    const auto index = impl->data_ptr().device().index();
+    c10::DeviceGuard guard(c10::Device(kNeuron, index < 0 ? current_device() : index));
+    c10::DataPtr fresh = allocator()->allocate(newsize);
+    const size_t keep = std::min(newsize, impl->nbytes());
+    if (keep > 0) {
+      std::memcpy(fresh.get(), impl->data(), keep);
+    }
+    impl->set_data_ptr_noswap(std::move(fresh));
+    impl->set_nbytes(newsize);
+  }
+};
+
+} // namespace
+
+const at::Generator& default_generator(c10::DeviceIndex index) {
+  const auto device = index < 0 ? current_device() : index;
+  check_device_index(device);
+  std::lock_guard<std::mutex> lock(g_generators_mutex);
+  while (static_cast<c10::DeviceIndex>(g_default_generators.size()) <= device) {
+    auto gen = at::make_generator<NeuronGenerator>(
+        static_cast<c10::DeviceIndex>(g_default_generators.size()));
+    gen.set_current_seed(c10::default_rng_seed_val);
+    g_default_generators.push_back(std::move(gen));
+  }
+  return g_default_generators[device];
+}
+
+static bool register_hooks() {
+  at::RegisterPrivateUse1HooksInterface(new NeuronHooks());
+  return true;
+}
+static const bool g_hooks_registered = register_hooks();
+
+} // namespace torch_neuronx

@@ -1,0 +1,184 @@
+// Native neuron kernels: memory, views, metadata and copies.
+//
+// These must not go through the fallback: factories allocate on the right
+// core, views must share the neuron storage itself (not an alias of it), and
+// copies are where host<->device transfers happen. Views reuse PyTorch's
+// device-generic implementations, since neuron memory is host memory.
+#include "NeuronRuntime.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <torch/library.h>
+
+namespace torch_neuronx {
+namespace {
+
+c10::DeviceIndex index_of(std::optional<c10::Device> device) {
+  if (device && device->has_index()) {
+    check_device_index(device->index());
+    return device->index();
+  }
+  return current_device();
+}
+
+void check_memory_format(std::optional<c10::MemoryFormat> format) {
+  const auto f = format.value_or(c10::MemoryFormat::Contiguous);
+  TORCH_CHECK(
+      f == c10::MemoryFormat::Contiguous || f == c10::MemoryFormat::Preserve,
+      "neuron tensors support only torch.contiguous_format (and "
+      "torch.preserve_format); got ", f,
+      ". Trainium kernels are compiled for contiguous layouts: call "
+      ".contiguous() instead of requesting ", f, ".");
+}
+
+at::Tensor empty_memory_format(
+    c10::IntArrayRef size,
+    std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout,
+    std::optional<c10::Device> device,
+    std::optional<bool> pin_memory,
+    std::optional<c10::MemoryFormat> memory_format) {
+  check_memory_format(memory_format);
+  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
+              "neuron tensors support only the strided layout, got ", *layout);
+  c10::DeviceGuard guard(c10::Device(kNeuron, index_of(device)));
+  return at::detail::empty_generic(
+      size, allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(
+    c10::IntArrayRef size,
+    c10::IntArrayRef stride,
+    std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout,
+    std::optional<c10::Device> device,
+    std::optional<bool> pin_memory) {
+  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
+              "neuron tensors support only the strided layout, got ", *layout);
+  c10::DeviceGuard guard(c10::Device(kNeuron, index_of(device)));
+  return at::detail::empty_strided_generic(
+      size, stride, allocator(),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+      c10::dtype_or_default(dtype));
+}
+
+const at::Tensor& resize_(
+    const at::Tensor& self,
+    c10::SymIntArrayRef size,
+    std::optional<c10::MemoryFormat> memory_format) {
+  check_memory_format(memory_format);
+  c10::DeviceGuard guard(self.device());
+  return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
+}
+
+at::Tensor& set_storage(
+    at::Tensor& self,
+    c10::Storage source,
+    int64_t storage_offset,
+    c10::IntArrayRef size,
+    c10::IntArrayRef stride) {
+  c10::DeviceGuard guard(self.device());
+  return at::native::set_storage_cpu_(self, source, storage_offset, size, stride);
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage empty(c10::Storage::use_byte_size_t(), 0, allocator(), true);
+  return set_storage(self, empty, 0, {0}, {});
+}
+
+// Copies between host and device and between cores: plain memory copies on
+// aliases (the real product's DMA), with conj/neg bits kept on the alias.
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor dst_alias = cpu_alias(dst);
+  dst_alias.copy_(cpu_alias(self), non_blocking);
+  if (dst.device().type() == kNeuron && narrowing_mode() != 0) {
+    narrow_64bit_inplace(dst_alias);
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  return at::_local_scalar_dense(cpu_alias(self));
+}
+
+// aten::convolution routes non-CPU/CUDA devices to these "overrideable" ops,
+// which have no CPU kernel for the fallback to reuse.
+at::Tensor convolution_overrideable(
+    const at::Tensor& input, const at::Tensor& weight,
+    const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+    c10::IntArrayRef output_padding, int64_t groups) {
+  std::optional<at::Tensor> bias_alias;
+  if (bias && bias->defined()) {
+    bias_alias = cpu_alias(*bias);
+  }
+  auto out = at::convolution(cpu_alias(input), cpu_alias(weight), bias_alias,
+                             stride, padding, dilation, transposed,
+                             output_padding, groups);
+  return adopt_cpu_tensor(out.contiguous(), input.device().index());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input,
+    const at::Tensor& weight, c10::IntArrayRef stride, c10::IntArrayRef padding,
+    c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask) {
+  const int64_t out_channels = transposed ? weight.size(1) * groups : weight.size(0);
+  auto [gi, gw, gb] = at::convolution_backward(
+      cpu_alias(grad_output), cpu_alias(input), cpu_alias(weight),
+      std::vector<int64_t>{out_channels}, stride, padding,
+      dilation, transposed, output_padding, groups, output_mask);
+  const auto index = input.device().index();
+  return std::make_tuple(adopt_cpu_tensor(gi, index), adopt_cpu_tensor(gw, index),
+                         adopt_cpu_tensor(gb, index));
+}
+
+// Host-side waits are no-ops: kernels are synchronous.
+void record_stream(at::Tensor&, c10::Stream) {}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", at::native::as_strided_tensorimpl);
+  m.impl("view", at::native::view);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("view_as_real", at::native::view_as_real);
+  m.impl("view_as_complex", at::native::view_as_complex);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Storage_storage_offset", set_storage);
+  m.impl("set_.source_Storage", at::native::set_);
+  m.impl("set_.source_Tensor", at::native::set_tensor_);
+  m.impl("set_", set_empty);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("convolution_overrideable", convolution_overrideable);
+  m.impl("convolution_backward_overrideable", convolution_backward_overrideable);
+  m.impl("record_stream", record_stream);
+}
+
+// conj/neg bits travel into _copy_from on the alias instead of being
+// materialized by a clone(), which would recurse into _copy_from forever.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+}
+
+} // namespace torch_neuronx

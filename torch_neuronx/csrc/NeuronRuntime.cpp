@@ -1,0 +1,84 @@
+// Device topology and the thread-local current device.
+//
+// The number of logical NeuronCores and their HBM size come from the instance
+// profile chosen in Python; C++ only stores them. The current device is
+// thread-local, with a process-wide default (as in CUDA), so a thread pool
+// loading weights does not race with the main thread.
+#include "NeuronRuntime.h"
+
+#include <atomic>
+#include <mutex>
+
+namespace torch_neuronx {
+namespace {
+std::atomic<int> g_device_count{0};
+std::atomic<int> g_default_device{0};
+thread_local int t_current_device = -1;
+std::atomic<bool> g_initialized{false};
+std::mutex g_init_error_mutex;
+std::string g_init_error;
+std::atomic<bool> g_has_init_error{false};
+} // namespace
+
+void set_device_count(int64_t count) {
+  g_device_count = static_cast<int>(count);
+  if (g_default_device.load() >= count) {
+    g_default_device = 0;
+  }
+}
+
+c10::DeviceIndex device_count() noexcept {
+  return static_cast<c10::DeviceIndex>(g_device_count.load());
+}
+
+void check_device_index(c10::DeviceIndex index) {
+  TORCH_CHECK(
+      index >= 0 && index < device_count(),
+      "Invalid neuron device index ", static_cast<int>(index),
+      ": this process sees ", static_cast<int>(device_count()),
+      " logical NeuronCore(s) (valid indices 0..",
+      static_cast<int>(device_count()) - 1,
+      "). Check TORCHNEURON_INSTANCE, NEURON_RT_VISIBLE_CORES and "
+      "NEURON_RT_NUM_CORES.");
+}
+
+c10::DeviceIndex current_device() {
+  int d = t_current_device;
+  return static_cast<c10::DeviceIndex>(d >= 0 ? d : g_default_device.load());
+}
+
+void set_current_device(c10::DeviceIndex index) {
+  check_device_index(index);
+  t_current_device = index;
+}
+
+void set_default_device(c10::DeviceIndex index) {
+  check_device_index(index);
+  g_default_device = index;
+  t_current_device = index;
+}
+
+bool runtime_initialized() {
+  return g_initialized.load();
+}
+
+void mark_runtime_initialized() {
+  if (g_initialized.load(std::memory_order_relaxed)) {
+    return;
+  }
+  if (g_has_init_error.load()) {
+    std::lock_guard<std::mutex> lock(g_init_error_mutex);
+    if (!g_init_error.empty()) {
+      TORCH_CHECK(false, g_init_error);
+    }
+  }
+  g_initialized = true;
+}
+
+void set_init_error(std::string message) {
+  std::lock_guard<std::mutex> lock(g_init_error_mutex);
+  g_has_init_error = !message.empty();
+  g_init_error = std::move(message);
+}
+
+} // namespace torch_neuronx

@@ -1,0 +1,204 @@
+"""``torch.neuron``: the device module of the ``neuron`` backend.
+
+The API follows ``torch.cuda`` and the real TorchNeuron product, so code
+written for either (Transformers, Accelerate, FSDP2, DeviceMesh) works
+unchanged. Device management lives here; random state, streams and memory
+have their own modules and are re-exported.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from .. import _C
+from ..runtime.profiles import Topology
+from .memory import (  # noqa: F401  (re-exported API)
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_peak_memory_stats,
+)
+from .random import (  # noqa: F401
+    default_generators,
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from .streams import (  # noqa: F401
+    Event,
+    Stream,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
+from . import memory  # noqa: F401  (torch.neuron.memory, as in the real product)
+
+_topology: Topology | None = None
+
+
+def _set_topology(topology: Topology) -> None:
+    """Called once at import by torch_neuronx with the resolved topology."""
+    global _topology
+    _topology = topology
+
+
+def topology() -> Topology:
+    assert _topology is not None, "torch_neuronx was not initialised"
+    return _topology
+
+
+@dataclasses.dataclass(frozen=True)
+class NeuronDeviceProperties:
+    """What ``get_device_properties`` returns; ``name`` is the instance family."""
+
+    name: str
+    total_memory: int
+    instance_type: str
+    logical_nc_config: int
+    index: int
+    emulated: bool = True
+
+    def __repr__(self) -> str:
+        return (
+            f"NeuronDeviceProperties(name='{self.name}', total_memory={self.total_memory // 2**20}MB, "
+            f"instance_type='{self.instance_type}', logical_nc_config={self.logical_nc_config}, "
+            f"index={self.index}, emulated={self.emulated})"
+        )
+
+
+def _index(device: Any = None, optional: bool = True) -> int:
+    """Normalise an int / str / torch.device / None to a checked core index."""
+    if device is None:
+        return current_device()
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "neuron":
+            raise ValueError(f"Expected a neuron device, got {device}")
+        if device.index is None:
+            return current_device()
+        device = device.index
+    if not isinstance(device, int):
+        raise TypeError(f"Invalid device {device!r}: expected an int, str or torch.device")
+    count = device_count()
+    if not 0 <= device < count:
+        raise RuntimeError(
+            f"Invalid neuron device index {device}: this process sees {count} logical "
+            f"NeuronCore(s) (valid indices 0..{count - 1})."
+        )
+    return device
+
+
+def is_available() -> bool:
+    try:
+        return device_count() > 0
+    except Exception:
+        return False
+
+
+def device_count() -> int:
+    return _C._device_count()
+
+
+def current_device() -> int:
+    return _C._current_device()
+
+
+def set_device(device: Any) -> None:
+    _C._set_device(_index(device))
+
+
+class device:
+    """Context manager that makes ``device`` current, like ``torch.cuda.device``."""
+
+    def __init__(self, device: Any):
+        self.idx = -1 if device is None else _index(device)
+        self.prev_idx = -1
+
+    def __enter__(self):
+        if self.idx >= 0:
+            self.prev_idx = current_device()
+            set_device(self.idx)
+        return self
+
+    def __exit__(self, *exc):
+        if self.idx >= 0:
+            set_device(self.prev_idx)
+        return False
+
+
+class device_of(device):
+    """Context manager that makes the device of ``tensor`` current."""
+
+    def __init__(self, tensor: torch.Tensor):
+        super().__init__(tensor.device if tensor.device.type == "neuron" else None)
+
+
+def get_device_name(device: Any = None) -> str:
+    return f"neuron:{_index(device)}"
+
+
+def get_device_properties(device: Any = None) -> NeuronDeviceProperties:
+    idx = _index(device)
+    topo = topology()
+    return NeuronDeviceProperties(
+        name=topo.profile.family,
+        total_memory=_C._device_capacity(idx),
+        instance_type=topo.profile.name,
+        logical_nc_config=topo.lnc,
+        index=idx,
+    )
+
+
+def get_device_capability(device: Any = None) -> dict:
+    """The dtypes the device accepts (as ``torch.accelerator.get_device_capability``)."""
+    return torch.accelerator.get_device_capability(torch.device("neuron", _index(device)))
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    return [torch.float32, torch.float16, torch.bfloat16]
+
+
+def synchronize(device: Any = None) -> None:
+    """Kernels run synchronously on the host, so there is never work to wait for."""
+    _index(device)
+
+
+def is_initialized() -> bool:
+    return _C._is_initialized()
+
+
+def init() -> None:
+    _C._init()
+
+
+_lazy_init = init
+
+
+def _is_in_bad_fork() -> bool:
+    # Host memory survives fork(), so a forked child can keep using the device.
+    return False
+
+
+def _sleep(cycles: int) -> None:
+    """No-op, as in the real product."""

@@ -1,0 +1,66 @@
+"""Per-core random number generators, with the ``torch.cuda`` RNG API.
+
+Each logical core has its own default generator, so seeding and saving RNG
+state (Accelerate checkpoints call ``get_rng_state_all``) behave per device.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+
+from .. import _C
+
+
+def _idx(device: Any) -> int:
+    from . import _index
+
+    return _index(device)
+
+
+def default_generators() -> tuple[torch.Generator, ...]:
+    from . import device_count
+
+    return tuple(_C._default_generator(i) for i in range(device_count()))
+
+
+def get_rng_state(device: Any = "neuron") -> torch.Tensor:
+    return _C._default_generator(_idx(device)).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "neuron") -> None:
+    _C._default_generator(_idx(device)).set_state(new_state.clone())
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [g.get_state() for g in default_generators()]
+
+
+def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
+    for i, state in enumerate(new_states):
+        set_rng_state(state, i)
+
+
+def manual_seed(seed: int) -> None:
+    _C._default_generator(_idx(None)).manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    for g in default_generators():
+        g.manual_seed(int(seed))
+
+
+def seed() -> None:
+    _C._default_generator(_idx(None)).seed()
+
+
+def seed_all() -> None:
+    generators = default_generators()
+    if generators:
+        random_seed = generators[0].seed()
+        for g in generators[1:]:
+            g.manual_seed(random_seed)
+
+
+def initial_seed() -> int:
+    return _C._default_generator(_idx(None)).initial_seed()

@@ -1,0 +1,145 @@
+"""Trainium instance profiles and the logical-core topology of a process.
+
+A profile is the hardware a job would run on: chips, physical NeuronCores per
+chip, HBM per chip, the default logical-core configuration (LNC) and an
+on-demand price. Figures marked ``confirmed=False`` are widely reported but
+not stated in the AWS documentation we could read; they are shown as such.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from .config import ConfigError, env_int, env_str
+
+GiB = 1024**3
+DEFAULT_INSTANCE = "trn2.3xlarge"
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceProfile:
+    name: str
+    family: str  # what get_device_properties().name reports, as on real hardware
+    chips: int
+    cores_per_chip: int  # physical NeuronCores
+    hbm_per_chip: int  # bytes
+    default_lnc: int
+    allowed_lnc: tuple[int, ...]
+    price_per_hour: float | None  # USD, on demand
+    confirmed: bool  # are chips/cores/HBM stated by AWS docs?
+    price_source: str
+
+    def logical_cores(self, lnc: int) -> int:
+        return self.chips * self.cores_per_chip // lnc
+
+    def hbm_per_logical_core(self, lnc: int) -> int:
+        return self.hbm_per_chip * lnc // self.cores_per_chip
+
+
+PROFILES: dict[str, InstanceProfile] = {
+    p.name: p
+    for p in (
+        InstanceProfile("trn1.2xlarge", "trn1", 1, 2, 32 * GiB, 1, (1,), 1.34, True,
+                        "AWS on-demand list price, us-east-1 (2023); verify for your region"),
+        InstanceProfile("trn1.32xlarge", "trn1", 16, 2, 32 * GiB, 1, (1,), 21.50, True,
+                        "third-party quote (usage.ai, Jun 2026)"),
+        InstanceProfile("trn2.3xlarge", "trn2", 1, 8, 96 * GiB, 2, (1, 2), None, False,
+                        "no published price found; pass --price-per-hour"),
+        InstanceProfile("trn2.48xlarge", "trn2", 16, 8, 96 * GiB, 2, (1, 2), None, True,
+                        "no published price found; pass --price-per-hour"),
+        InstanceProfile("trn3", "trn3", 1, 8, 144 * GiB, 2, (1, 2), None, False,
+                        "one Trainium3 chip; instance sizes and prices unconfirmed"),
+    )
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """What this process sees: the cores it may use and their capacity."""
+
+    profile: InstanceProfile
+    lnc: int
+    device_count: int
+    hbm_per_core: int
+    default_device: int
+    distributed: bool  # launched by torchrun with more than one rank per node
+
+    @property
+    def total_logical_cores(self) -> int:
+        return self.profile.logical_cores(self.lnc)
+
+
+def get_profile(name: str | None = None) -> InstanceProfile:
+    name = name or env_str("TORCHNEURON_INSTANCE", DEFAULT_INSTANCE)
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ConfigError(
+            f"TORCHNEURON_INSTANCE={name!r} is not a known instance profile; "
+            f"choose one of {', '.join(PROFILES)}"
+        ) from None
+
+
+def parse_core_list(text: str, limit: int) -> list[int]:
+    """Parse NEURON_RT_VISIBLE_CORES: ``"3"``, ``"0-3"`` or ``"0,2,4-5"``."""
+    cores: list[int] = []
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                cores.extend(range(lo, hi + 1))
+            else:
+                cores.append(int(part))
+    except ValueError:
+        raise ConfigError(
+            f"NEURON_RT_VISIBLE_CORES={text!r} is not a core list such as '0', '0-3' or '0,2'"
+        ) from None
+    bad = [c for c in cores if c < 0 or c >= limit]
+    if bad:
+        raise ConfigError(
+            f"NEURON_RT_VISIBLE_CORES={text!r} names core(s) {bad}, but the instance has "
+            f"{limit} logical cores (0..{limit - 1})"
+        )
+    return sorted(set(cores))
+
+
+def resolve_topology(profile: InstanceProfile | None = None) -> Topology:
+    """Work out the cores of this process from the profile and the environment."""
+    profile = profile or get_profile()
+    lnc = env_int("NEURON_LOGICAL_NC_CONFIG", profile.default_lnc)
+    if lnc not in (1, 2):
+        raise ConfigError(f"NEURON_LOGICAL_NC_CONFIG={lnc} is invalid: only 1 or 2 are supported")
+    if lnc not in profile.allowed_lnc:
+        raise ConfigError(
+            f"NEURON_LOGICAL_NC_CONFIG={lnc} is not supported on {profile.name} "
+            f"(allowed: {', '.join(map(str, profile.allowed_lnc))})"
+        )
+    total = profile.logical_cores(lnc)
+    local_world = env_int("LOCAL_WORLD_SIZE", None)
+    local_rank = env_int("LOCAL_RANK", None)
+    if local_world is not None and local_rank is not None and local_world > 1:
+        # torchrun: one logical core per process, indexed by the local rank.
+        if local_world > total:
+            raise ConfigError(
+                f"{local_world} ranks per node but {profile.name} with LNC={lnc} has only "
+                f"{total} logical NeuronCores; lower --nproc-per-node or choose a larger "
+                "TORCHNEURON_INSTANCE"
+            )
+        os.environ.setdefault("NEURON_RT_VISIBLE_CORES", str(local_rank))
+        return Topology(profile, lnc, local_world, profile.hbm_per_logical_core(lnc),
+                        local_rank, True)
+    visible = env_str("NEURON_RT_VISIBLE_CORES", None)
+    count = len(parse_core_list(visible, total)) if visible else total
+    num_cores = env_int("NEURON_RT_NUM_CORES", 0)
+    if num_cores < 0:
+        raise ConfigError(f"NEURON_RT_NUM_CORES={num_cores} must be >= 0 (0 means all)")
+    if num_cores:
+        if num_cores > count:
+            raise ConfigError(
+                f"NEURON_RT_NUM_CORES={num_cores} asks for more cores than the {count} visible"
+            )
+        count = num_cores
+    return Topology(profile, lnc, count, profile.hbm_per_logical_core(lnc), 0, False)
