@@ -1,10 +1,13 @@
 """Shared test set-up: offline Hugging Face, a private NEFF cache, seeds."""
 import os
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# A private NEFF cache (docs/fidelity.md): tests never touch the user's cache dir.
+os.environ.setdefault("TORCH_NEURONX_NEFF_CACHE_DIR", tempfile.mkdtemp(prefix="torchneuron-test-neff-"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -20,11 +20,10 @@ import torch  # noqa: E402
 
 from . import _C  # noqa: E402
 from .runtime import profiles as _profiles
-from .runtime.config import env_choice as _env_choice  # noqa: E402
 
 __version__ = "0.1.0"
 
-_NARROWING_MODES = {"off": 0, "narrow": 1, "strict": 2}
+from .compile import get_dynamo_metrics, reset_dynamo_metrics  # noqa: E402,F401
 
 
 def _register() -> None:
@@ -32,9 +31,6 @@ def _register() -> None:
     _C._configure_devices(topology.device_count, topology.hbm_per_core)
     if topology.device_count:
         _C._set_default_device(topology.default_device)
-    _C._set_narrowing_mode(
-        _NARROWING_MODES[_env_choice("TORCHNEURON_64BIT", tuple(_NARROWING_MODES), "narrow")]
-    )
 
     torch.utils.rename_privateuse1_backend("neuron")
     from . import neuron
@@ -47,6 +43,34 @@ def _register() -> None:
     from . import amp
 
     amp.install()
+    # Added for issue 7 (pilot/coverage): tied weights survive .to("neuron"); int histc for MoE.
+    from .neuron import hf_kernels
+
+    hf_kernels.install()
+    from .compile import cache as compile_cache
+
+    compile_cache.install()
+    from . import distributed
+
+    distributed.install(topology)
+    from . import fidelity
+
+    fidelity.install(topology)
 
 
 _register()
+
+from .fidelity import (  # noqa: E402  (public API of the fidelity layer, docs/fidelity.md)
+    clear_op_tracking,
+    export_metrics,
+    get_64bit_mode,
+    get_executed_ops,
+    get_fallback_ops,
+    get_host_ops,
+    kernel_accounting_enabled,
+    metrics,
+    reset_metrics,
+    set_64bit_mode,
+    set_host_ops,
+    set_kernel_accounting,
+)

@@ -31,6 +31,20 @@ def collect() -> dict:
         "price_source": profile.price_source,
         "torch_version": torch.__version__,
         "cores": cores,
+        "fidelity": _fidelity(),
+    }
+
+
+def _fidelity() -> dict:
+    """Cache location and size, plus the switches that change what is reported."""
+    import torch_neuronx
+
+    snapshot = torch_neuronx.metrics()
+    return {
+        "neff_cache": snapshot["neff_cache"],
+        "kernel_accounting": snapshot["accounting_enabled"],
+        "int64_float64_mode": snapshot["int64_float64_mode"],
+        "compile_seconds_per_kernel_estimate": snapshot["compile_seconds_per_kernel_estimate"],
     }
 
 
@@ -57,10 +71,25 @@ def render(info: dict) -> None:
         ("price per hour", f"${price:.2f} ({info['price_source']})" if price else info["price_source"]),
         ("figures confirmed by AWS docs", "yes" if info["figures_confirmed"] else "no (widely reported)"),
         ("torch", info["torch_version"]),
+        *_fidelity_rows(info["fidelity"]),
     ]
     for key, value in rows:
         table.add_row(f"[cyan]{key}[/cyan]", str(value))
     console.print(table)
+
+
+def _fidelity_rows(fidelity: dict) -> list[tuple[str, str]]:
+    cache = fidelity["neff_cache"]
+    if cache["enabled"]:
+        where = f"{cache['dir']} ({cache['entries']} entries, {cache['bytes'] / 2**20:.1f} MiB)"
+    else:
+        where = "disabled (TORCH_NEURONX_NEFF_DISABLE_CACHE=1)"
+    return [
+        ("NEFF cache (emulated)", where),
+        ("kernel accounting", "on" if fidelity["kernel_accounting"] else "off (TORCHNEURON_KERNEL_ACCOUNTING=0)"),
+        ("int64 / float64 on device", fidelity["int64_float64_mode"]),
+        ("compile time per kernel", f"{fidelity['compile_seconds_per_kernel_estimate']:g} s (estimate)"),
+    ]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,11 +16,13 @@ at::Tensor cpu_alias(const at::Tensor& t) {
   }
   const c10::Storage& storage = t.storage();
   // The alias owns a reference to the neuron storage, so the memory outlives
-  // the alias even if the neuron tensor is freed first.
-  auto* owner = new c10::Storage(storage);
+  // the alias even if the neuron tensor is freed first. The reference is
+  // the DataPtr context itself (no extra heap object per alias).
+  c10::StorageImpl* owner = storage.unsafeGetStorageImpl();
+  c10::raw::intrusive_ptr::incref(owner);
   c10::DataPtr data(
       storage.mutable_data(), owner,
-      [](void* ctx) { delete static_cast<c10::Storage*>(ctx); },
+      [](void* ctx) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx)); },
       c10::Device(c10::DeviceType::CPU));
   // Resizable with the CPU allocator: a kernel that grows an out= argument
   // gets fresh CPU memory, which the fallback notices and copies back.

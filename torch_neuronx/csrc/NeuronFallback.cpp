@@ -15,7 +15,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
-#include <unordered_map>
+#include <c10/util/SmallVector.h>
 
 namespace torch_neuronx {
 namespace {
@@ -32,9 +32,11 @@ struct CallState {
   std::optional<c10::DeviceIndex> device;
   std::optional<c10::Device> other_device; // first conflicting device seen
   // alias TensorImpl / StorageImpl -> the neuron tensor it stands for
-  std::vector<std::pair<c10::TensorImpl*, at::Tensor>> by_tensor;
-  std::vector<std::pair<c10::StorageImpl*, at::Tensor>> by_storage;
-  std::vector<WrittenArg> written;
+  // Inline storage: most ops have a handful of tensor arguments, and the
+  // hot path should not touch the heap for bookkeeping.
+  c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 4> by_tensor;
+  c10::SmallVector<std::pair<c10::StorageImpl*, at::Tensor>, 4> by_storage;
+  c10::SmallVector<WrittenArg, 2> written;
   at::Generator neuron_generator;
 
   void note_device(c10::Device d) {
@@ -86,11 +88,46 @@ void copy_generator_state(at::CPUGeneratorImpl& from, at::CPUGeneratorImpl& to) 
   to.set_next_double_normal_sample(from.next_double_normal_sample());
 }
 
+// Random ops without a generator argument (native_dropout, the dropout of
+// CPU flash attention) draw from the CPU default generator inside the CPU
+// kernel. For the call, that generator holds the core's state, so dropout on
+// neuron follows torch.neuron.manual_seed and leaves the CPU stream alone.
+// (Its mutex cannot be held across the kernel, which locks it itself.)
+class BorrowedDefaultGenerator {
+ public:
+  explicit BorrowedDefaultGenerator(at::CPUGeneratorImpl* neuron)
+      : neuron_(neuron),
+        cpu_(at::detail::getDefaultCPUGenerator().get<at::CPUGeneratorImpl>()) {
+    std::lock_guard<std::mutex> lock(cpu_->mutex_);
+    copy_generator_state(*cpu_, saved_);
+    copy_generator_state(*neuron_, *cpu_);
+  }
+  ~BorrowedDefaultGenerator() {
+    std::lock_guard<std::mutex> lock(cpu_->mutex_);
+    copy_generator_state(*cpu_, *neuron_);
+    copy_generator_state(saved_, *cpu_);
+  }
+
+ private:
+  at::CPUGeneratorImpl* neuron_;
+  at::CPUGeneratorImpl* cpu_;
+  at::CPUGeneratorImpl saved_;
+};
+
+using AdoptedList = c10::SmallVector<std::pair<c10::StorageImpl*, at::Tensor>, 2>;
+
+// Only int64/float64 values can need narrowing; checking the dtype first
+// spares every other result an alias.
+bool needs_narrowing(const at::Tensor& t) {
+  const auto dtype = t.scalar_type();
+  return (dtype == at::kLong || dtype == at::kDouble) && narrowing_mode() != 0;
+}
+
 // Map one returned CPU tensor back to the device.
 at::Tensor to_neuron_result(
     const at::Tensor& out,
     CallState& state,
-    std::vector<std::pair<c10::StorageImpl*, at::Tensor>>& adopted) {
+    AdoptedList& adopted) {
   if (!out.defined()) {
     return out;
   }
@@ -137,7 +174,7 @@ at::Tensor to_neuron_result(
     result = adopt_cpu_tensor(out, index);
     adopted.emplace_back(storage, result);
   }
-  if (narrowing_mode() != 0) {
+  if (needs_narrowing(result)) {
     narrow_64bit_inplace(cpu_alias(result));
   }
   return result;
@@ -164,7 +201,7 @@ void sync_written_args(CallState& state) {
       original->set_sizes_and_strides(
           alias.sizes(), alias.strides(), alias.storage_offset());
     }
-    if (narrowing_mode() != 0) {
+    if (needs_narrowing(w.original)) {
       narrow_64bit_inplace(cpu_alias(w.original));
     }
   }
@@ -206,7 +243,10 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       auto list = value.toList();
       for (size_t j = 0; j < list.size(); ++j) {
         c10::IValue element = list.get(j);
-        if (element.isTensor() && element.toTensor().device().type() == kNeuron) {
+        // Python indexing (x[:, idx]) passes undefined tensors, not None,
+        // for the sliced dimensions: they have no device to ask for.
+        if (element.isTensor() && element.toTensor().defined() &&
+            element.toTensor().device().type() == kNeuron) {
           list.set(j, state.alias(element.toTensor(), is_write));
         }
       }
@@ -249,12 +289,20 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
 
+  std::optional<BorrowedDefaultGenerator> borrowed_default;
+  if (!generator_pos && state.device && op.hasTag(at::Tag::nondeterministic_seeded)) {
+    state.neuron_generator = default_generator(*state.device);
+    generator_lock = std::unique_lock<std::mutex>(state.neuron_generator.mutex());
+    borrowed_default.emplace(state.neuron_generator.get<at::CPUGeneratorImpl>());
+  }
+
   if (accounting_enabled()) {
     account_kernel(op, *stack);
   }
 
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
+  borrowed_default.reset();
   if (neuron_gen != nullptr) {
     copy_generator_state(*scratch_generator().get<at::CPUGeneratorImpl>(), *neuron_gen);
   }
@@ -262,7 +310,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   const size_t num_returns = schema.returns().size();
   const size_t rbegin = stack->size() - num_returns;
-  std::vector<std::pair<c10::StorageImpl*, at::Tensor>> adopted;
+  AdoptedList adopted;
   for (size_t i = rbegin; i < stack->size(); ++i) {
     auto& value = (*stack)[i];
     if (value.isTensor()) {
@@ -280,6 +328,23 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_fallback>());
+}
+
+} // namespace torch_neuronx
+
+namespace torch_neuronx {
+
+// These ops have a CPU kernel and also a device-generic decomposition
+// (CompositeExplicitAutograd), which PyTorch would pick for neuron. Sending
+// them to the fallback runs the CPU kernel instead, so results match CPU bit
+// for bit (layer_norm/group_norm in bfloat16 differ noticeably otherwise).
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* name :
+       {"native_layer_norm", "native_group_norm", "addr", "addr.out", "_stack",
+        "_stack.out", "all.dims", "all.dims_out", "any.dims", "any.dims_out",
+        "linalg__powsum"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&neuron_fallback>());
+  }
 }
 
 } // namespace torch_neuronx

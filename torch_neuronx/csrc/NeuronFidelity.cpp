@@ -6,17 +6,26 @@
 // fallback runs is hashed into such a signature; the first time a signature
 // is seen in this process, a Python callback consults the persistent cache
 // (fidelity/neff_cache.py). Repeats only bump a counter.
+//
+// Also here: the device's memory-format rule (contiguous layouts only) on the
+// ops through which users request a layout.
 #include "NeuronRuntime.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/_to_copy_native.h>
+#include <ATen/ops/clone_native.h>
+#include <ATen/ops/empty_like_native.h>
 #include <pybind11/pybind11.h>
+#include <torch/library.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <atomic>
 #include <cstring>
 #include <mutex>
 #include <sstream>
+#include <iomanip>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace py = pybind11;
 
@@ -25,6 +34,7 @@ namespace {
 
 struct OpCounts {
   std::string name;
+  uint64_t name_hash = 0; // stable across processes, unlike the schema address
   uint64_t calls = 0;
   uint64_t signatures = 0;
 };
@@ -33,7 +43,7 @@ std::atomic<bool> g_enabled{false};
 std::atomic<int> g_narrowing{0};
 std::atomic<uint64_t> g_salt{0};
 std::mutex g_mutex;
-std::unordered_map<uint64_t, bool> g_seen;
+std::unordered_set<uint64_t> g_seen;
 std::unordered_map<const void*, OpCounts> g_ops;
 uint64_t g_calls = 0;
 uint64_t g_repeats = 0;
@@ -84,6 +94,16 @@ void mix_value(uint64_t& h, const c10::IValue& v) {
     for (auto i : v.toIntVector()) {
       mix(h, static_cast<uint64_t>(i));
     }
+  } else if (v.isDoubleList()) {
+    for (auto d : v.toDoubleVector()) {
+      uint64_t bits;
+      std::memcpy(&bits, &d, sizeof bits);
+      mix(h, bits);
+    }
+  } else if (v.isBoolList()) {
+    for (bool b : v.toBoolList()) {
+      mix(h, b ? 3 : 5);
+    }
   }
   // Devices and generators do not change the compiled kernel.
 }
@@ -133,39 +153,46 @@ bool accounting_enabled() {
 void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const auto& schema = op.schema();
   const size_t n = schema.arguments().size();
-  uint64_t h = g_salt.load(std::memory_order_relaxed);
-  mix(h, reinterpret_cast<uint64_t>(&schema));
+  // Arguments are hashed outside the lock; the op's own hash is cached per
+  // schema so the hot path never formats a string.
+  uint64_t args = 0x51ed270b;
   for (size_t i = stack.size() - n; i < stack.size(); ++i) {
-    mix_value(h, stack[i]);
+    mix_value(args, stack[i]);
   }
+  uint64_t h = g_salt.load(std::memory_order_relaxed);
+  std::string name;
+  py::object* callback = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     ++g_calls;
-    auto& counts = g_ops[&schema];
+    auto [it, inserted] = g_ops.try_emplace(&schema);
+    auto& counts = it->second;
+    if (inserted) {
+      std::ostringstream os;
+      os << schema.operator_name();
+      counts.name = os.str();
+      counts.name_hash = std::hash<std::string>{}(counts.name);
+    }
     ++counts.calls;
-    if (g_seen.count(h) != 0) {
+    mix(h, counts.name_hash);
+    mix(h, args);
+    if (!g_seen.insert(h).second) {
       ++g_repeats;
       return;
     }
-    g_seen.emplace(h, true);
     ++counts.signatures;
-    if (counts.name.empty()) {
-      std::ostringstream name;
-      name << schema.operator_name();
-      counts.name = name.str();
+    if (g_callback == nullptr) {
+      return;
     }
-  }
-  if (g_callback == nullptr) {
-    return;
+    callback = g_callback;
+    name = counts.name;
   }
   const std::string text = describe(op, stack);
+  std::ostringstream key;
+  key << std::hex << std::setw(16) << std::setfill('0') << h;
   py::gil_scoped_acquire gil;
   try {
-    std::ostringstream key;
-    key << std::hex << h;
-    std::ostringstream name;
-    name << schema.operator_name();
-    (*g_callback)(name.str(), key.str(), text);
+    (*callback)(name, key.str(), text);
   } catch (py::error_already_set& e) {
     // Accounting must never break the computation it observes.
     e.discard_as_unraisable(__func__);
@@ -210,12 +237,69 @@ void narrow_64bit_inplace(const at::Tensor& t) {
   t.copy_(narrowed);
 }
 
+namespace {
+
+// The real device supports only contiguous_format and preserve_format. The
+// check sits on the user-facing ops (.contiguous(memory_format=),
+// .to(memory_format=), empty_like) rather than in `empty`, which PyTorch's
+// own kernels call with whatever layout they suggest for their outputs.
+void check_memory_format(std::optional<c10::MemoryFormat> format) {
+  const auto f = format.value_or(c10::MemoryFormat::Preserve);
+  TORCH_CHECK(
+      f == c10::MemoryFormat::Contiguous || f == c10::MemoryFormat::Preserve,
+      "neuron tensors support only torch.contiguous_format (and "
+      "torch.preserve_format); got memory format ", f,
+      ". Trainium kernels are compiled for contiguous layouts: keep the "
+      "default layout instead of requesting ", f, ".");
+}
+
+at::Tensor clone(const at::Tensor& self, std::optional<c10::MemoryFormat> format) {
+  check_memory_format(format);
+  return at::native::clone(self, format);
+}
+
+at::Tensor to_copy(
+    const at::Tensor& self,
+    std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout,
+    std::optional<c10::Device> device,
+    std::optional<bool> pin_memory,
+    bool non_blocking,
+    std::optional<c10::MemoryFormat> format) {
+  check_memory_format(format);
+  return at::native::_to_copy(self, dtype, layout, device, pin_memory, non_blocking, format);
+}
+
+at::Tensor empty_like(
+    const at::Tensor& self,
+    std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout,
+    std::optional<c10::Device> device,
+    std::optional<bool> pin_memory,
+    std::optional<c10::MemoryFormat> format) {
+  check_memory_format(format);
+  return at::native::empty_like(self, dtype, layout, device, pin_memory, format);
+}
+
+} // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("clone", clone);
+  m.impl("_to_copy", to_copy);
+  m.impl("empty_like", empty_like);
+}
+
 void register_fidelity_bindings(py::module& m) {
   m.def("_set_accounting", [](bool enabled, uint64_t salt) {
     g_salt = salt;
     g_enabled = enabled;
   });
   m.def("_set_signature_callback", [](py::object fn) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (fn.is_none()) {
+      g_callback = nullptr; // the previous object is leaked, see above
+      return;
+    }
     if (g_callback == nullptr) {
       g_callback = new py::object();
     }
@@ -240,6 +324,12 @@ void register_fidelity_bindings(py::module& m) {
     g_ops.clear();
     g_calls = 0;
     g_repeats = 0;
+  });
+  // Forget which signatures were seen (counters stay): each one reaches the
+  // callback again, which is how op tracking is re-armed after a clear.
+  m.def("_forget_signatures", []() {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_seen.clear();
   });
   m.def("_set_narrowing_mode", [](int mode) {
     TORCH_CHECK(mode >= 0 && mode <= 2, "narrowing mode must be 0, 1 or 2");

@@ -10,9 +10,11 @@
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 
 namespace torch_neuronx {
@@ -36,6 +38,60 @@ class NeuronGenerator final : public at::CPUGeneratorImpl {
         const_cast<NeuronGenerator*>(this)->next_double_normal_sample());
     return copy;
   }
+};
+
+// Pinned host memory: ordinary host memory, remembered so that
+// tensor.is_pinned() is true for what pin_memory() returned (DataLoader and
+// Accelerate check it before non_blocking copies).
+class PinnedHostAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* data = nbytes > 0 ? c10::alloc_cpu(nbytes) : nullptr;
+    if (data != nullptr) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      blocks_.emplace(reinterpret_cast<uintptr_t>(data), nbytes);
+    }
+    return {data, data, &PinnedHostAllocator::release, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &PinnedHostAllocator::release;
+  }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    std::memcpy(dest, src, count);
+  }
+
+  // True for any address inside a pinned block, as cudaPointerGetAttributes.
+  bool contains(const void* ptr) {
+    const auto address = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.upper_bound(address);
+    if (it == blocks_.begin()) {
+      return false;
+    }
+    --it;
+    return address < it->first + it->second;
+  }
+
+  static PinnedHostAllocator& instance() {
+    // Leaked on purpose: pinned tensors may be freed during interpreter exit.
+    static auto* allocator = new PinnedHostAllocator();
+    return *allocator;
+  }
+
+ private:
+  static void release(void* data) {
+    {
+      auto& self = instance();
+      std::lock_guard<std::mutex> lock(self.mutex_);
+      self.blocks_.erase(reinterpret_cast<uintptr_t>(data));
+    }
+    c10::free_cpu(data);
+  }
+
+  std::mutex mutex_;
+  std::map<uintptr_t, size_t> blocks_; // start address -> size
 };
 
 std::mutex g_generators_mutex;
@@ -89,12 +145,12 @@ class NeuronHooks final : public at::PrivateUse1HooksInterface {
     return c10::Device(kNeuron, current_device());
   }
 
-  bool isPinnedPtr(const void*) const override {
-    return false;
+  bool isPinnedPtr(const void* ptr) const override {
+    return ptr != nullptr && PinnedHostAllocator::instance().contains(ptr);
   }
 
   c10::Allocator* getPinnedMemoryAllocator() const override {
-    return c10::GetCPUAllocator(); // device memory is host memory already
+    return &PinnedHostAllocator::instance();
   }
 
   // FSDP2 frees and re-allocates parameter storage with storage.resize_().

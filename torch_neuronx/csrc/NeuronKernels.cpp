@@ -28,16 +28,6 @@ c10::DeviceIndex index_of(std::optional<c10::Device> device) {
   return current_device();
 }
 
-void check_memory_format(std::optional<c10::MemoryFormat> format) {
-  const auto f = format.value_or(c10::MemoryFormat::Contiguous);
-  TORCH_CHECK(
-      f == c10::MemoryFormat::Contiguous || f == c10::MemoryFormat::Preserve,
-      "neuron tensors support only torch.contiguous_format (and "
-      "torch.preserve_format); got ", f,
-      ". Trainium kernels are compiled for contiguous layouts: call "
-      ".contiguous() instead of requesting ", f, ".");
-}
-
 at::Tensor empty_memory_format(
     c10::IntArrayRef size,
     std::optional<c10::ScalarType> dtype,
@@ -45,7 +35,6 @@ at::Tensor empty_memory_format(
     std::optional<c10::Device> device,
     std::optional<bool> pin_memory,
     std::optional<c10::MemoryFormat> memory_format) {
-  check_memory_format(memory_format);
   TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
               "neuron tensors support only the strided layout, got ", *layout);
   c10::DeviceGuard guard(c10::Device(kNeuron, index_of(device)));
@@ -74,7 +63,6 @@ const at::Tensor& resize_(
     const at::Tensor& self,
     c10::SymIntArrayRef size,
     std::optional<c10::MemoryFormat> memory_format) {
-  check_memory_format(memory_format);
   c10::DeviceGuard guard(self.device());
   return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
 }

@@ -48,6 +48,13 @@ from .streams import (  # noqa: F401
     stream,
 )
 from . import memory  # noqa: F401  (torch.neuron.memory, as in the real product)
+from ..compile.metrics import get_dynamo_metrics, reset_dynamo_metrics  # noqa: F401
+from ..compile.inductor_device import (  # noqa: F401  (Inductor's device hooks: a clear refusal)
+    CppWrapperCodegen,
+    PythonWrapperCodegen,
+    Scheduling,
+    WrapperFxCodegen,
+)
 
 _topology: Topology | None = None
 

@@ -1,0 +1,44 @@
+"""Runner-side description of each backend: interpreter, environment, workloads.
+
+No ``torch`` import here, so the runner stays a thin process launcher.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from . import xla_env
+
+EAGER_WORKLOADS = ("train", "varlen", "varlen_padded", "generate", "ops")
+# Per-op dispatch overhead has no meaning once ops are fused into a graph.
+COMPILED_WORKLOADS = ("train", "varlen", "varlen_padded", "generate")
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    label: str
+    workloads: tuple[str, ...]
+    env: dict = field(default_factory=dict)
+    xla: bool = False
+
+    def python(self) -> str:
+        return str(xla_env.python()) if self.xla else sys.executable
+
+    def unavailable_reason(self) -> str | None:
+        return xla_env.unavailable_reason() if self.xla else None
+
+
+# Native CPU runs with the neuron backend's autoload off: that is plain PyTorch.
+_NATIVE = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+
+BACKENDS = [
+    Backend("cpu", "CPU eager", EAGER_WORKLOADS, _NATIVE),
+    Backend("cpu_inductor", "CPU Inductor", COMPILED_WORKLOADS, _NATIVE),
+    Backend("neuron", "neuron eager", EAGER_WORKLOADS, {"TORCHNEURON_KERNEL_ACCOUNTING": "1"}),
+    Backend("neuron_noacct", "neuron eager, accounting off", EAGER_WORKLOADS,
+            {"TORCHNEURON_KERNEL_ACCOUNTING": "0"}),
+    Backend("neuron_compiled", "neuron compiled", COMPILED_WORKLOADS),
+    Backend("xla", "PyTorch/XLA (CPU)", EAGER_WORKLOADS, {"PJRT_DEVICE": "CPU"}, xla=True),
+]
+BY_NAME = {backend.name: backend for backend in BACKENDS}

@@ -1,0 +1,132 @@
+"""Benchmark of ``torch.compile(backend="neuron")`` (a measurement script, not a test).
+
+  python benchmarks/bench_compile.py steady      # compiled neuron vs CPU Inductor vs eager neuron
+  python benchmarks/bench_compile.py first-step  # cold vs warm persistent cache (two processes each)
+  python benchmarks/bench_compile.py varlen      # compile count, lengths 60-300, unpadded vs padded
+
+Model: Llama, hidden 256, 4 layers, vocab 4096, batch 4 x 128 (the issue's sizes).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+
+def tiny_llama(device: str):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=4, vocab_size=4096, max_position_embeddings=512,
+    )
+    return LlamaForCausalLM(config).to(device)
+
+
+class Trainer:
+    """One configuration of the training step: device, backend (None = eager)."""
+
+    def __init__(self, device: str, backend: str | None):
+        self.model = tiny_llama(device)
+        self.forward = torch.compile(self.model, backend=backend, fullgraph=True) if backend else self.model
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.ids = torch.randint(0, 4096, (4, 128), device=device)
+
+    def step(self) -> tuple[float, float]:
+        """Seconds for forward+backward, and for the whole step including the optimizer."""
+        start = time.perf_counter()
+        loss = self.forward(input_ids=self.ids, labels=self.ids).loss
+        loss.backward()
+        loss.item()
+        middle = time.perf_counter()
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        return middle - start, time.perf_counter() - start
+
+
+def steady(steps: int = 30) -> dict:
+    """Steps of the three configurations interleaved, so that load from other jobs hits all alike."""
+    configs = {"neuron_compiled": ("neuron", "neuron"), "cpu_inductor": ("cpu", "inductor"),
+               "neuron_eager": ("neuron", None)}
+    trainers = {name: Trainer(*cfg) for name, cfg in configs.items()}
+    first = {name: t.step()[1] for name, t in trainers.items()}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in trainers}
+    for _ in range(steps):
+        for name, t in trainers.items():
+            times[name].append(t.step())
+    out = {}
+    for name, samples in times.items():
+        out[name] = {"first_step_s": round(first[name], 2),
+                     "median_fwd_bwd_s": statistics.median(s[0] for s in samples),
+                     "median_step_s": statistics.median(s[1] for s in samples)}
+    for key in ("median_fwd_bwd_s", "median_step_s"):
+        out[f"compiled_neuron_over_cpu_inductor[{key}]"] = (
+            out["neuron_compiled"][key] / out["cpu_inductor"][key])
+        out[f"compiled_over_eager_neuron[{key}]"] = out["neuron_compiled"][key] / out["neuron_eager"][key]
+    return out
+
+
+def _child_first_step() -> dict:
+    import torch_neuronx
+
+    first = Trainer("neuron", "neuron").step()[1]
+    m = torch_neuronx.get_dynamo_metrics()
+    return {"first_step_s": first, "cache_hits": m["cache_hits"], "cache_misses": m["cache_misses"],
+            "compile_seconds": m["compile_seconds"]}
+
+
+def first_step() -> dict:
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": cache}
+        env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        results = {}
+        for label in ("cold", "warm"):
+            proc = subprocess.run([sys.executable, __file__, "_child"], env=env, check=True,
+                                  capture_output=True, text=True)
+            results[label] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return results
+
+
+def varlen(samples: int = 16) -> dict:
+    import torch_neuronx
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, vocab_size=512,
+                         max_position_embeddings=512)
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.randint(60, 301, (samples,), generator=gen).tolist()
+    out = {"distinct_lengths": len(set(lengths))}
+    for label, pad in (("unpadded", 1), ("padded_to_128", 128)):
+        torch._dynamo.reset()
+        torch_neuronx.reset_dynamo_metrics()
+        model = LlamaForCausalLM(config).to("neuron").eval()
+        forward = torch.compile(model, backend="neuron", fullgraph=True)
+        start = time.perf_counter()
+        with torch.no_grad():
+            for n in lengths:
+                padded = -(-n // pad) * pad
+                forward(input_ids=torch.randint(0, 512, (1, padded), device="neuron"))
+        m = torch_neuronx.get_dynamo_metrics()
+        out[label] = {"graphs_compiled": m["graphs_compiled"], "recompilations": m["recompilations"],
+                      "compile_seconds": round(m["compile_seconds"], 1),
+                      "wall_seconds": round(time.perf_counter() - start, 1)}
+    return out
+
+
+if __name__ == "__main__":
+    what = sys.argv[1]
+    torch._dynamo.config.recompile_limit = 1000
+    torch._dynamo.config.accumulated_recompile_limit = 10000
+    if what == "_child":
+        print(json.dumps(_child_first_step()))
+    else:
+        print(json.dumps({"steady": steady, "first-step": first_step, "varlen": varlen}[what](), indent=2))

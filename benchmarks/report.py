@@ -1,0 +1,211 @@
+"""Turns raw per-process results into rows, target ratios and a Markdown page.
+
+Samples of one metric are pooled across repeated processes: the report shows
+their median and the min–max spread, so noise on a shared machine is visible
+rather than hidden in a single number.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+from dataclasses import dataclass
+
+from .backends import BY_NAME
+
+ROW_FIELDS = ("backend", "workload", "metric", "unit", "median", "min", "max", "n", "status", "reason")
+_UNITS = {"_ms": "ms", "_us": "µs", "_mb": "MiB", "per_s": "1/s", "_s": "s", "compilations": "count"}
+
+
+def unit_of(metric: str) -> str:
+    return next((unit for suffix, unit in _UNITS.items() if metric.endswith(suffix)), "")
+
+
+def _samples(value) -> list[float]:
+    if value is None:
+        return []
+    return [float(v) for v in value] if isinstance(value, list) else [float(value)]
+
+
+def summarize(results: list[dict]) -> list[dict]:
+    """One row per (backend, workload, metric); cells without data get one status row."""
+    pooled: dict[tuple[str, str], dict[str, list[float]]] = {}
+    failed: dict[tuple[str, str], dict] = {}
+    for result in results:
+        key = (result["backend"], result["workload"])
+        if result["status"] != "ok":
+            failed[key] = result
+            continue
+        metrics = pooled.setdefault(key, {})
+        for metric, value in result.get("metrics", {}).items():
+            metrics.setdefault(metric, []).extend(_samples(value))
+    rows = []
+    for (backend, workload), metrics in pooled.items():
+        for metric, samples in metrics.items():
+            if not samples:
+                continue
+            rows.append(dict(zip(ROW_FIELDS, (
+                backend, workload, metric, unit_of(metric), statistics.median(samples),
+                min(samples), max(samples), len(samples), "ok", None))))
+    for (backend, workload), result in failed.items():
+        if (backend, workload) not in pooled:
+            rows.append(dict(zip(ROW_FIELDS, (
+                backend, workload, None, None, None, None, None, 0, result["status"], result.get("reason")))))
+    return rows
+
+
+@dataclass(frozen=True)
+class Target:
+    """``numerator / denominator`` of two rows, with the issue's limit (None: context only)."""
+
+    label: str
+    numerator: tuple[str, str, str]
+    denominator: tuple[str, str, str]
+    limit: float | None
+    meaning: str
+
+
+TARGETS = [
+    Target("training step, steady state: neuron eager / CPU eager", ("neuron", "train", "steady_step_ms"),
+           ("cpu", "train", "steady_step_ms"), 1.15, "emulator cost per step with fidelity accounting on"),
+    Target("training step, steady state: neuron eager (accounting off) / CPU eager",
+           ("neuron_noacct", "train", "steady_step_ms"), ("cpu", "train", "steady_step_ms"), None,
+           "cost of the device layer alone"),
+    Target("training step, steady state: neuron compiled / CPU Inductor",
+           ("neuron_compiled", "train", "steady_step_ms"), ("cpu_inductor", "train", "steady_step_ms"), 1.05,
+           "emulated graph compiler vs native Inductor"),
+    Target("time to first step: neuron eager / PyTorch-XLA", ("neuron", "train", "first_step_ms"),
+           ("xla", "train", "first_step_ms"), 0.5, "waiting before training starts"),
+    Target("time to first step: neuron compiled / PyTorch-XLA", ("neuron_compiled", "train", "first_step_ms"),
+           ("xla", "train", "first_step_ms"), None, "graph compile of the first step"),
+    Target("compilations, padded var-len: neuron eager / PyTorch-XLA",
+           ("neuron", "varlen_padded", "compilations"), ("xla", "varlen_padded", "compilations"), 1.0,
+           "kernels (eager) vs whole graphs (XLA): different units, see docs"),
+    Target("compilations, padded var-len: neuron compiled / PyTorch-XLA",
+           ("neuron_compiled", "varlen_padded", "compilations"), ("xla", "varlen_padded", "compilations"), 1.0,
+           "graphs vs graphs"),
+    Target("var-len training total (unpadded): neuron eager / PyTorch-XLA", ("neuron", "varlen", "total_s"),
+           ("xla", "varlen", "total_s"), None, "dynamic shapes without padding"),
+    Target("per-op add: neuron eager / CPU eager", ("neuron", "ops", "add_us"), ("cpu", "ops", "add_us"), 1.5,
+           "dispatch overhead"),
+    Target("per-op mm 64x64: neuron eager / CPU eager", ("neuron", "ops", "mm64_us"), ("cpu", "ops", "mm64_us"),
+           1.5, "dispatch overhead"),
+    Target("per-op view + in-place: neuron eager / CPU eager", ("neuron", "ops", "view_inplace_us"),
+           ("cpu", "ops", "view_inplace_us"), 1.5, "dispatch overhead"),
+    Target("peak host RSS, training: neuron eager / CPU eager", ("neuron", "train", "peak_rss_mb"),
+           ("cpu", "train", "peak_rss_mb"), 1.1, "host memory the emulator adds"),
+    Target("per-token latency: neuron eager / CPU eager", ("neuron", "generate", "per_token_ms"),
+           ("cpu", "generate", "per_token_ms"), None, "decode speed"),
+    Target("per-token latency: neuron compiled / CPU Inductor", ("neuron_compiled", "generate", "per_token_ms"),
+           ("cpu_inductor", "generate", "per_token_ms"), None, "compiled decode speed"),
+]
+
+
+def ratios(rows: list[dict]) -> list[dict]:
+    """Each target as a ratio of medians, with the spread implied by the min–max of both sides."""
+    by_key = {(r["backend"], r["workload"], r["metric"]): r for r in rows if r["status"] == "ok"}
+    out = []
+    for target in TARGETS:
+        num, den = by_key.get(target.numerator), by_key.get(target.denominator)
+        entry = {"label": target.label, "limit": target.limit, "meaning": target.meaning,
+                 "ratio": None, "low": None, "high": None, "met": None}
+        if num and den and den["median"] and den["min"] and den["max"]:
+            entry.update(ratio=num["median"] / den["median"], low=num["min"] / den["max"],
+                         high=num["max"] / den["min"])
+            if target.limit is not None:
+                entry["met"] = entry["ratio"] <= target.limit
+        else:
+            missing = [f"{b}/{w}" for (b, w, _), row in ((target.numerator, num), (target.denominator, den))
+                       if row is None]
+            entry["missing"] = ", ".join(missing) or "zero denominator"
+        out.append(entry)
+    return out
+
+
+def machine() -> dict:
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(memory_gib, 1),
+            "os": platform.platform(), "python": platform.python_version()}
+
+
+def _fmt(value: float) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}"
+
+
+def _cell(row: dict | None) -> str:
+    if row is None:
+        return "–"
+    if row["status"] != "ok":
+        return row["status"]
+    if row["n"] == 1 or row["min"] == row["max"]:
+        return _fmt(row["median"])
+    return f"{_fmt(row['median'])} ({_fmt(row['min'])}–{_fmt(row['max'])})"
+
+
+def markdown(rows: list[dict], targets: list[dict], meta: dict, results: list[dict]) -> str:
+    """The results page: context, targets, then one table per workload."""
+    lines = [f"# Benchmark results ({meta['size']} size)", ""]
+    m = meta["machine"]
+    threads = meta.get("threads") or "PyTorch default"
+    lines += [f"- date: {meta['date']}; repeats: {meta['repeats']}; intra-op threads: {threads}; "
+              f"wall time {meta['wall_s']:.0f} s",
+              f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']}; Python {m['python']}",
+              f"- load average at start / end: {meta['load_start']} / {meta['load_end']}",
+              f"- versions: {meta['versions']}",
+              "- cells: median (min–max) over all samples of all repeated processes", ""]
+    lines += ["## Targets", "", "| comparison | ratio | spread | target | met |", "|---|---|---|---|---|"]
+    for t in targets:
+        if t["ratio"] is None:
+            lines.append(f"| {t['label']} | n/a ({t['missing']}) | | {_limit(t)} | |")
+            continue
+        met = "" if t["met"] is None else ("yes" if t["met"] else "**no**")
+        lines.append(f"| {t['label']} | {t['ratio']:.2f}× | {t['low']:.2f}–{t['high']:.2f} | {_limit(t)} | {met} |")
+    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    by_cell = {(r["backend"], r["workload"], r["metric"]): r for r in rows}
+    status = {(r["backend"], r["workload"]): r for r in rows if r["status"] != "ok"}
+    for workload in dict.fromkeys(r["workload"] for r in rows):
+        metrics = list(dict.fromkeys(r["metric"] for r in rows if r["workload"] == workload and r["metric"]))
+        lines += ["", f"## {workload}", "",
+                  "| metric | " + " | ".join(BY_NAME[b].label if b in BY_NAME else b for b in backends) + " |",
+                  "|---" * (len(backends) + 1) + "|"]
+        for metric in metrics:
+            cells = [_cell(by_cell.get((b, workload, metric)) or status.get((b, workload))) for b in backends]
+            lines.append(f"| {metric} [{unit_of(metric)}] | " + " | ".join(cells) + " |")
+        if not metrics:
+            lines.append("| (no data) | " + " | ".join(_cell(status.get((b, workload))) for b in backends) + " |")
+    for result in results:
+        if result["workload"] == "collectives" and result["status"] == "ok":
+            lines += _collectives(result["collectives"])
+    problems = [r for r in rows if r["status"] != "ok"]
+    if problems:
+        lines += ["", "## Not measured", ""]
+        lines += [f"- {r['backend']} / {r['workload']}: {r['status']} — {r['reason']}" for r in problems]
+    return "\n".join(lines) + "\n"
+
+
+def _collectives(data: dict) -> list[str]:
+    """Bus bandwidth of the ``neuron`` process group next to plain gloo (higher ratio is better)."""
+    lines = ["", f"## collectives ({data['world']} ranks, median of {data['iters']} iterations)", "",
+             "| op | MiB | neuron GB/s | gloo GB/s | neuron / gloo |", "|---|---|---|---|---|"]
+    lines += [f"| {r['op']} | {r['size_mib']} | {r['neuron_busbw_gbs']:.3f} | {r['gloo_busbw_gbs']:.3f} "
+              f"| {r['ratio']:.2f} |" for r in data["rows"]]
+    met = "yes" if data["meets_target"] else "**no**"
+    lines += ["", f"Lowest ratio {data['min_ratio']:.2f}, geometric mean {data['geomean_ratio']:.2f}; "
+                  f"target ≥ {data['target_ratio']:g}: {met}."]
+    return lines
+
+
+def _limit(target: dict) -> str:
+    return "" if target["limit"] is None else f"≤ {target['limit']:g}×"

@@ -1,0 +1,207 @@
+"""The measured workloads, written once against ``adapters.Adapter``.
+
+Each returns ``{"metrics": {name: number or list of samples}, "info": {...}}``;
+the runner pools samples across repeated processes and reports median and
+min–max. Times are wall-clock and include the host→device copy of the batch,
+as a training loop's would.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .model import Size, build_model, padded_length, token_batch, varlen_lengths
+
+
+def _peak_rss_mb() -> float:
+    """Peak resident set size of this process (VmHWM) in MiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("VmHWM missing from /proc/self/status")
+
+
+def _reset_peak_rss() -> None:
+    """Reset VmHWM so the peak reflects the training loop, not the import."""
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+
+
+class _Trainer:
+    """Model, optimizer and one timed optimizer step on a given batch."""
+
+    def __init__(self, adapter, size: Size):
+        self.adapter = adapter
+        self.model = adapter.place(build_model(size))
+        self.model.train()
+        self.forward = adapter.compile(self.model)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+
+    def step(self, ids, mask=None) -> tuple[float, float]:
+        """Run one step; return (seconds, loss)."""
+        device = self.adapter.device
+        start = time.perf_counter()
+        ids = ids.to(device)
+        labels = ids
+        if mask is not None:
+            mask = mask.to(device)
+            labels = ids.masked_fill(mask == 0, -100)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.forward(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        self.optimizer.step()
+        self.adapter.sync()
+        value = loss.item()
+        return time.perf_counter() - start, value
+
+
+def train(adapter, size: Size) -> dict:
+    """Fixed-shape training: the first step (compiles) and steady-state steps."""
+    _reset_peak_rss()
+    trainer = _Trainer(adapter, size)
+    first_s, first_loss = trainer.step(token_batch(size, size.seq, 0))
+    steady, losses = [], [first_loss]
+    for step in range(1, size.train_steps + 1):
+        seconds, loss = trainer.step(token_batch(size, size.seq, step))
+        steady.append(seconds * 1e3)
+        losses.append(loss)
+    return {
+        "metrics": {
+            "first_step_ms": first_s * 1e3,
+            "steady_step_ms": steady,
+            "peak_rss_mb": _peak_rss_mb(),
+            "compilations": adapter.compilations(),
+            "est_device_compile_s": adapter.estimated_compile_s(),
+        },
+        "info": {"losses": losses},
+    }
+
+
+def _varlen(adapter, size: Size, pad: bool) -> dict:
+    trainer = _Trainer(adapter, size)
+    lengths = varlen_lengths(size)
+    before, est_before = adapter.compilations(), adapter.estimated_compile_s()
+    total = 0.0
+    for step, length in enumerate(lengths):
+        ids = token_batch(size, length, step)
+        mask = None
+        if pad:
+            width = padded_length(length, size.pad_multiple)
+            mask = torch.zeros(size.batch, width, dtype=torch.long)
+            mask[:, :length] = 1
+            ids = torch.nn.functional.pad(ids, (0, width - length), value=0)
+        seconds, _ = trainer.step(ids, mask)
+        total += seconds
+    after, est_after = adapter.compilations(), adapter.estimated_compile_s()
+    shapes = sorted({padded_length(n, size.pad_multiple) if pad else n for n in lengths})
+    return {
+        "metrics": {
+            "total_s": total,
+            "compilations": None if before is None else after - before,
+            "est_device_compile_s": None if est_before is None else est_after - est_before,
+        },
+        "info": {"lengths": lengths, "distinct_shapes": len(shapes)},
+    }
+
+
+def varlen(adapter, size: Size) -> dict:
+    """Variable-length training, each batch at its own length."""
+    return _varlen(adapter, size, pad=False)
+
+
+def varlen_padded(adapter, size: Size) -> dict:
+    """Variable-length training padded to a multiple of ``pad_multiple`` (few shapes)."""
+    return _varlen(adapter, size, pad=True)
+
+
+def _generate_once(adapter, forward, cache, prompt, new_tokens: int) -> tuple[float, list, list]:
+    """Greedy decoding on a static cache; returns (TTFT s, per-token s list, tokens)."""
+    device = adapter.device
+    cache.reset()
+    start = time.perf_counter()
+    ids = prompt.to(device)
+    token_times, tokens = [], []
+    with torch.no_grad():
+        for _ in range(new_tokens):
+            logits = forward(input_ids=ids, cache=cache, use_cache=True).logits
+            ids = logits[:, -1:].argmax(-1)
+            adapter.sync()
+            tokens.append(ids.item())
+            now = time.perf_counter()
+            token_times.append(now - start)
+            start = now
+    return token_times[0], token_times[1:], tokens
+
+
+def generate(adapter, size: Size) -> dict:
+    """Greedy generation: a cold request (includes compiles) then a warm one.
+
+    Every path decodes into a static KV cache: a growing cache changes shapes
+    each token, which recompiles per token on Trainium, the XLA path and
+    ``torch.compile``; using it everywhere keeps the ratios like-for-like.
+    """
+    from transformers import StaticCache
+
+    model = adapter.place(build_model(size))
+    model.eval()
+    forward = adapter.compile(model)
+    cache = StaticCache(config=model.config, max_cache_len=size.prompt + size.new_tokens)
+    prompt = token_batch(size, size.prompt, 10_000)[:1]
+    before = adapter.compilations()
+    ttft_cold, _, _ = _generate_once(adapter, forward, cache, prompt, size.new_tokens)
+    ttft, per_token, tokens = _generate_once(adapter, forward, cache, prompt, size.new_tokens)
+    after = adapter.compilations()
+    total = ttft + sum(per_token)
+    return {
+        "metrics": {
+            "ttft_cold_ms": ttft_cold * 1e3,
+            "ttft_ms": ttft * 1e3,
+            "per_token_ms": [t * 1e3 for t in per_token],
+            "tokens_per_s": size.new_tokens / total,
+            "compilations": None if before is None else after - before,
+        },
+        "info": {"tokens": tokens},
+    }
+
+
+def ops(adapter, size: Size) -> dict:
+    """Per-op dispatch overhead on small tensors, in microseconds per op.
+
+    On the lazy XLA path the loop only records ops; the closing sync runs
+    them, so its figure is tracing plus one graph execution per repeat.
+    """
+    device = adapter.device
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 64, generator=gen).to(device)
+    b = torch.randn(64, 64, generator=gen).to(device)
+    c = torch.zeros(64, 64).to(device)
+    cases = {
+        "add_us": lambda: a + b,
+        "mm64_us": lambda: a @ b,
+        "view_inplace_us": lambda: c.view(-1).add_(1.0),
+    }
+    metrics = {}
+    for name, op in cases.items():
+        for _ in range(min(size.op_iters, 50)):
+            op()
+        adapter.sync()
+        samples = []
+        for _ in range(size.op_repeats):
+            start = time.perf_counter()
+            for _ in range(size.op_iters):
+                op()
+            adapter.sync()
+            samples.append((time.perf_counter() - start) / size.op_iters * 1e6)
+        metrics[name] = samples
+    return {"metrics": metrics, "info": {}}
+
+
+WORKLOADS = {
+    "train": train,
+    "varlen": varlen,
+    "varlen_padded": varlen_padded,
+    "generate": generate,
+    "ops": ops,
+}

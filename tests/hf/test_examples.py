@@ -1,0 +1,60 @@
+"""The brief's examples, run at tiny size so they cannot silently rot.
+
+(examples/diffusion_tp.py is exercised in test_diffusers.py.)
+"""
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+import torch
+
+import tiny_models
+from conftest import run_example
+
+
+@pytest.mark.slow
+def test_inference_static_cache_example():
+    """Compiled static-cache generation: the first run compiles, the second reuses
+    every graph (no recompiles), and the tokens equal eager greedy decoding on CPU."""
+    batch, prompt_len, new = 2, 16, 8
+    stdout = run_example("inference_static_cache.py", "--batch", str(batch), "--prompt-len", str(prompt_len),
+                         "--max-seq-len", "32", "--max-new-tokens", str(new), "--runs", "2")
+    for metric in ("first-token", "per-token", "tokens/s"):
+        assert stdout.count(metric) == 2, stdout
+    compiled = [int(n) for n in re.findall(r"compiled graphs \+(\d+)", stdout)]
+    recompiles = [int(n) for n in re.findall(r"recompiles \+(\d+)", stdout)]
+    assert compiled[0] >= 1 and compiled[1] == 0 and recompiles[1] == 0, stdout
+    tokens = ast.literal_eval(stdout.split("tokens:")[1].strip().splitlines()[0])
+
+    model = tiny_models.tiny_qwen3().eval()
+    prompt = torch.randint(3, model.config.vocab_size, (batch, prompt_len),
+                           generator=torch.Generator().manual_seed(0))
+    reference = model.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+    assert tokens == reference[0, prompt_len:].tolist()
+
+
+def test_inference_example_rejects_a_cache_too_short():
+    import subprocess
+    import sys
+
+    from conftest import EXAMPLES
+
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "inference_static_cache.py"), "--prompt-len", "30",
+                           "--max-new-tokens", "10", "--max-seq-len", "32"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "must fit in --max-seq-len" in proc.stderr
+
+
+@pytest.mark.slow
+def test_sft_tp_fsdp_example(tmp_path):
+    """2 x 2 = 4 ranks: the model is loaded TP x FSDP sharded, trained without
+    re-sharding, packed to 2048 and padded to multiples of 128 (4 x 8 at full size)."""
+    stdout = run_example("sft_tp_fsdp.py", "--tp", "2", "--fsdp", "2", "--max-steps", "2",
+                         "--output-dir", str(tmp_path), nproc=4, timeout=400)
+    assert "ranks 4: tp=2 x fsdp=2; device neuron:0" in stdout, stdout
+    assert "pad_to_multiple_of=128" in stdout
+    shapes = ast.literal_eval(stdout.split("batch shapes")[1].strip().splitlines()[0])
+    assert len(shapes) == 2 and all(rows == 1 and length % 128 == 0 and length <= 2048 for rows, length in shapes)
+    losses = ast.literal_eval(stdout.split("losses")[1].strip().splitlines()[0])
+    assert len(losses) == 2 and all(0 < loss < 20 for loss in losses)

@@ -1,0 +1,125 @@
+"""The benchmark suite runs end to end and writes well-formed results.
+
+Timings are never asserted (they are measured by ``python -m benchmarks``);
+these tests check the suite's plumbing: files, row fields, pooling of samples,
+target ratios, and that missing backends, failures and timeouts become
+reported cells instead of crashes. The PyTorch/XLA venv is never needed.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import report, worker
+from benchmarks.__main__ import main, parse_only
+from benchmarks.backends import BY_NAME, EAGER_WORKLOADS
+from benchmarks.runner import run_worker
+from benchmarks.workloads import WORKLOADS
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_smoke_suite_writes_json_and_markdown_with_complete_rows(tmp_path):
+    out = tmp_path / "results"
+    env = dict(os.environ, TORCHNEURON_BENCH_XLA_VENV=str(tmp_path / "no-xla-venv"))
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--only", "cpu,neuron,xla,train,ops", "--out", str(out)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads((out / "results.json").read_text())
+    page = (out / "results.md").read_text()
+
+    rows = data["rows"]
+    assert rows and all(set(row) == set(report.ROW_FIELDS) for row in rows)
+    ok = {(r["backend"], r["workload"], r["metric"]): r for r in rows if r["status"] == "ok"}
+    for backend in ("cpu", "neuron"):
+        for metric in ("first_step_ms", "steady_step_ms", "peak_rss_mb"):
+            assert (backend, "train", metric) in ok
+        for metric in ("add_us", "mm64_us", "view_inplace_us"):
+            assert (backend, "ops", metric) in ok
+    for row in ok.values():
+        assert row["n"] >= 1 and row["unit"] is not None
+        assert row["min"] <= row["median"] <= row["max"] and math.isfinite(row["median"])
+    # Accounting on: the first neuron step compiles kernels; native CPU has no such count.
+    assert ok[("neuron", "train", "compilations")]["median"] > 0
+    assert ("cpu", "train", "compilations") not in ok
+
+    xla = [r for r in rows if r["backend"] == "xla"]
+    assert {r["workload"] for r in xla} == {"train", "ops"}
+    assert all(r["status"] == "unavailable" and "xla_env" in r["reason"] for r in xla)
+
+    steady = next(t for t in data["targets"] if t["label"].startswith("training step, steady state: neuron eager /"))
+    assert steady["ratio"] > 0 and steady["low"] <= steady["ratio"] <= steady["high"]
+    first_vs_xla = next(t for t in data["targets"] if t["label"].startswith("time to first step: neuron eager"))
+    assert first_vs_xla["ratio"] is None and "xla/train" in first_vs_xla["missing"]
+
+    assert "## Targets" in page and "## train" in page and "## ops" in page
+    assert "xla / train: unavailable" in page
+    assert data["meta"]["size"] == "smoke" and "neuron: torch" in data["meta"]["versions"]
+
+    # Runs made side by side combine into one report whose samples are pooled.
+    assert main(["--combine", str(out), str(out), "--out", str(tmp_path / "both")]) == 0
+    both = json.loads((tmp_path / "both" / "results.json").read_text())
+    doubled = {(r["backend"], r["workload"], r["metric"]): r["n"] for r in both["rows"] if r["status"] == "ok"}
+    assert doubled == {key: 2 * row["n"] for key, row in ok.items()}
+
+
+def test_every_declared_workload_is_implemented():
+    assert set(EAGER_WORKLOADS) == set(WORKLOADS)
+    for backend in BY_NAME.values():
+        assert set(backend.workloads) <= set(WORKLOADS)
+
+
+def test_summarize_pools_samples_across_repeats_and_keeps_failures():
+    results = [
+        {"backend": "cpu", "workload": "train", "status": "ok",
+         "metrics": {"steady_step_ms": [10.0, 30.0], "first_step_ms": 50.0, "compilations": None}},
+        {"backend": "cpu", "workload": "train", "status": "ok",
+         "metrics": {"steady_step_ms": [20.0], "first_step_ms": 70.0, "compilations": None}},
+        {"backend": "neuron", "workload": "train", "status": "ok",
+         "metrics": {"steady_step_ms": [11.0, 12.0, 13.0], "first_step_ms": 90.0, "compilations": 7}},
+        {"backend": "neuron_compiled", "workload": "train", "status": "error", "reason": "boom"},
+    ]
+    rows = {(r["backend"], r["metric"]): r for r in report.summarize(results)}
+    steady = rows[("cpu", "steady_step_ms")]
+    assert (steady["median"], steady["min"], steady["max"], steady["n"], steady["unit"]) == (20.0, 10.0, 30.0, 3, "ms")
+    assert rows[("cpu", "first_step_ms")]["median"] == 60.0
+    assert ("cpu", "compilations") not in rows  # None means "no such notion", not zero
+    assert rows[("neuron", "compilations")]["unit"] == "count"
+    failed = rows[("neuron_compiled", None)]
+    assert failed["status"] == "error" and failed["reason"] == "boom" and failed["median"] is None
+
+    targets = {t["label"]: t for t in report.ratios(list(rows.values()))}
+    steady_target = targets["training step, steady state: neuron eager / CPU eager"]
+    assert steady_target["ratio"] == pytest.approx(12.0 / 20.0)
+    assert steady_target["low"] == pytest.approx(11.0 / 30.0) and steady_target["high"] == pytest.approx(13.0 / 10.0)
+    assert steady_target["met"] is True
+    compiled = targets["training step, steady state: neuron compiled / CPU Inductor"]
+    assert compiled["ratio"] is None and "neuron_compiled/train" in compiled["missing"]
+
+
+def test_only_rejects_unknown_names_and_splits_backends_from_workloads():
+    assert parse_only("neuron,ops") == (["neuron"], ["ops"])
+    backends, workloads = parse_only("train")
+    assert "xla" in backends and workloads == ["train"]
+    with pytest.raises(SystemExit, match="unknown name.*nueron"):
+        parse_only("nueron,train")
+
+
+def test_worker_reports_missing_torch_xla_instead_of_failing():
+    result = worker.run("xla", "ops", "smoke")
+    assert result["status"] == "unavailable" and "torch_xla" in result["reason"]
+    with pytest.raises(ValueError, match="unknown backend"):
+        worker.run("tpu", "ops", "smoke")
+
+
+def test_runner_turns_a_hung_worker_into_a_timeout_cell(tmp_path):
+    result = run_worker(BY_NAME["cpu"], "train", "smoke", timeout=0.05, log_path=tmp_path / "log")
+    assert result["status"] == "timeout" and "0 s" in result["reason"]

@@ -1,0 +1,203 @@
+"""torch.compile(backend="neuron"): results against eager CPU, static-shape rules, metrics, fallback."""
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+import torch
+import torch._dynamo
+import torch._inductor.config as inductor_config
+from torch import nn
+
+import torch_neuronx
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    torch_neuronx.reset_dynamo_metrics()
+    yield
+    torch._dynamo.reset()
+
+
+def _mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 4))
+
+
+def test_backend_registered_by_name_and_entry_point():
+    (entry,) = [e for e in importlib.metadata.entry_points(group="torch_dynamo_backends") if e.name == "neuron"]
+    assert entry.value == "torch_neuronx.compile.backend:neuron_backend"
+    assert "neuron" in torch._dynamo.list_backends()
+    from torch._dynamo.backends.registry import lookup_backend
+    from torch._dynamo.device_interface import get_interface_for_device
+    from torch_neuronx.compile.backend import neuron_backend
+
+    assert lookup_backend("neuron") is neuron_backend
+    interface = get_interface_for_device("neuron")
+    assert interface.device_count() == torch.neuron.device_count()
+    assert interface.current_device() == torch.neuron.current_device()
+    assert interface.get_device_properties(0).name == torch.neuron.get_device_properties(0).name
+
+
+def test_training_forward_backward_matches_cpu():
+    torch.manual_seed(0)
+    cpu_model = _mlp()
+    model = _mlp().to("neuron")
+    model.load_state_dict(cpu_model.state_dict())
+    x_cpu = torch.randn(8, 16)
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    out = compiled(x_cpu.to("neuron"))
+    assert out.device.type == "neuron"
+    ref = cpu_model(x_cpu)
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-5, atol=1e-5)
+    (out**2).sum().backward()
+    (ref**2).sum().backward()
+    for p, q in zip(model.parameters(), cpu_model.parameters()):
+        assert p.grad.device.type == "neuron"
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5)
+    metrics = torch_neuronx.get_dynamo_metrics()
+    assert metrics["graphs_compiled"] == 1
+    assert metrics["aot_graphs_compiled"] == 2  # forward and backward, compiled separately
+    assert metrics["cache_hits"] + metrics["cache_misses"] == 2
+    assert metrics["compile_seconds"] > 0 and metrics["execution_seconds"] > 0
+    assert metrics["executions"] == 2
+
+
+def test_input_mutation_and_returned_view_alias_the_input():
+    def fn(x, buf):
+        x.add_(1)
+        buf.mul_(2)
+        return x[1:], x.sum()
+
+    x = torch.randn(4, 3, device="neuron")
+    buf = torch.randn(5, device="neuron")
+    x_ref, buf_ref = x.cpu(), buf.cpu()
+    view, total = torch.compile(fn, backend="neuron")(x, buf)
+    view_ref, total_ref = fn(x_ref, buf_ref)
+    torch.testing.assert_close(x.cpu(), x_ref)
+    torch.testing.assert_close(buf.cpu(), buf_ref)
+    torch.testing.assert_close(total.cpu(), total_ref)
+    assert view._base is x and view.data_ptr() == x[1:].data_ptr()
+    view.zero_()
+    assert (x[1:] == 0).all()
+
+
+def test_device_factories_and_cpu_outputs_in_graph():
+    def fn(x):
+        idx = torch.arange(x.shape[0], device=x.device)
+        return x * idx[:, None], x.cpu()
+
+    x = torch.randn(4, 3, device="neuron")
+    scaled, on_cpu = torch.compile(fn, backend="neuron", fullgraph=True)(x)
+    assert scaled.device.type == "neuron" and on_cpu.device.type == "cpu"
+    torch.testing.assert_close(scaled.cpu(), x.cpu() * torch.arange(4)[:, None])
+    on_cpu.add_(100)  # a CPU result is a copy: device memory is untouched
+    assert (x.cpu() < 100).all()
+
+
+def test_each_new_shape_compiles_a_static_graph_and_is_counted():
+    def fn(x):
+        return (x * 2).relu().sum(-1)
+
+    compiled = torch.compile(fn, backend="neuron")
+    for n in (4, 5, 6):
+        x = torch.randn(n, 8, device="neuron")
+        torch.testing.assert_close(compiled(x).cpu(), fn(x.cpu()))
+    metrics = torch_neuronx.get_dynamo_metrics()
+    # Three graphs, none symbolic (automatic dynamic shapes would have made the third one so).
+    assert metrics["graphs_compiled"] == 3
+    assert metrics["recompilations"] == 2
+    reasons = [r["reason"] for r in metrics["recompile_reasons"]]
+    assert all("size mismatch at index 0" in r for r in reasons), reasons
+    assert [g["inputs"] for g in metrics["graphs"]] == [[f"({n}, 8) torch.float32 neuron:0"] for n in (4, 5, 6)]
+
+
+def test_dynamic_shapes_are_rejected_with_the_product_message():
+    x = torch.randn(4, 8, device="neuron")
+    with pytest.raises(Exception, match="Dynamic shapes detected in the model, but torch-neuronx requires static shapes"):
+        torch.compile(torch.sin, backend="neuron", dynamic=True)(x)
+    torch._dynamo.reset()
+    y = torch.randn(6, 8, device="neuron")
+    torch._dynamo.mark_dynamic(y, 0)
+    with pytest.raises(Exception, match="dynamic=True is not supported"):
+        torch.compile(torch.cos, backend="neuron")(y)
+    assert torch_neuronx.get_dynamo_metrics()["graphs_compiled"] == 0
+
+
+def test_mode_other_than_default_warns_and_compiles():
+    x = torch.randn(4, 8, device="neuron")
+    with pytest.warns(UserWarning, match="supports only mode='default'"):
+        out = torch.compile(torch.tanh, backend="neuron", mode="max-autotune")(x)
+    torch.testing.assert_close(out.cpu(), torch.tanh(x.cpu()))
+
+
+def test_graph_breaks_are_counted_with_reasons():
+    def fn(x):
+        y = x.sin()
+        torch._dynamo.graph_break()
+        return y.cos()
+
+    x = torch.randn(4, device="neuron")
+    torch.testing.assert_close(torch.compile(fn, backend="neuron")(x).cpu(), x.cpu().sin().cos())
+    metrics = torch_neuronx.get_dynamo_metrics()
+    assert metrics["graphs_compiled"] == 2
+    assert metrics["graph_breaks"] == 1
+    assert "graph_break" in metrics["graph_break_reasons"][0]["reason"]
+
+
+def _unique_graph(x):
+    return x * 3.14159 - 2.71828
+
+
+def test_compile_failure_raises_by_default_and_falls_back_when_allowed(monkeypatch):
+    x = torch.randn(4, device="neuron")
+    broken_compiler = {"cpp.cxx": ("/nonexistent/c++",), "fx_graph_cache": False}
+    monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
+    with inductor_config.patch(broken_compiler), pytest.raises(Exception, match="NEFFCompilationError.*C\\+\\+ compiler"):
+        torch.compile(_unique_graph, backend="neuron")(x)
+    torch._dynamo.reset()
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "0")
+    with inductor_config.patch(broken_compiler):
+        out = torch.compile(_unique_graph, backend="neuron")(x)
+    assert out.device.type == "neuron"
+    torch.testing.assert_close(out.cpu(), _unique_graph(x.cpu()))
+    fallbacks = torch_neuronx.get_dynamo_metrics()["fallbacks"]
+    assert len(fallbacks) == 1 and "C++ compiler" in fallbacks[0]
+
+
+def test_inductor_backend_on_neuron_tensors_points_to_neuron_backend():
+    x = torch.randn(4, device="neuron")
+    with pytest.raises(Exception, match="backend='inductor' cannot compile graphs on neuron tensors.*backend='neuron'"):
+        torch.compile(torch.exp, backend="inductor")(x)
+
+
+def test_metrics_api_on_both_modules_and_reset():
+    assert torch.neuron.get_dynamo_metrics is torch_neuronx.get_dynamo_metrics
+    assert torch.neuron.reset_dynamo_metrics is torch_neuronx.reset_dynamo_metrics
+    x = torch.randn(3, device="neuron")
+    torch.compile(torch.sigmoid, backend="neuron")(x)
+    assert torch_neuronx.get_dynamo_metrics()["graphs_compiled"] == 1
+    torch_neuronx.reset_dynamo_metrics()
+    metrics = torch_neuronx.get_dynamo_metrics()
+    assert metrics["graphs_compiled"] == metrics["aot_graphs_compiled"] == metrics["executions"] == 0
+    assert metrics["compile_seconds"] == metrics["execution_seconds"] == 0.0
+
+
+def test_disable_cache_env_turns_compile_cache_off(monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_DISABLE_CACHE", "1")
+    x = torch.randn(3, device="neuron")
+    torch.testing.assert_close(torch.compile(torch.erf, backend="neuron")(x).cpu(), torch.erf(x.cpu()))
+    metrics = torch_neuronx.get_dynamo_metrics()
+    assert metrics["aot_graphs_compiled"] == 1
+    assert metrics["cache_hits"] == metrics["cache_misses"] == 0
+
+
+def test_autocast_region_inside_the_graph_matches_eager():
+    def fn(a, b):
+        with torch.autocast("neuron", dtype=torch.bfloat16):
+            return (a @ b).relu()
+
+    a, b = torch.randn(8, 8, device="neuron"), torch.randn(8, 8, device="neuron")
+    out = torch.compile(fn, backend="neuron", fullgraph=True)(a, b)
+    assert out.dtype == torch.bfloat16 and out.device.type == "neuron"
+    torch.testing.assert_close(out.cpu(), fn(a, b).cpu())

@@ -1,0 +1,61 @@
+"""The persistent compile cache across processes, and torch.compiler cache artifacts."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+# A fresh interpreter per run: in-process caches must not help.
+_CHILD = textwrap.dedent(
+    """
+    import json, sys, torch, torch_neuronx
+    from pathlib import Path
+    mode, artifacts = sys.argv[1], Path(sys.argv[2])
+    if mode == "load":
+        torch.compiler.load_cache_artifacts(artifacts.read_bytes())
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2)).to("neuron")
+    x = torch.randn(4, 8, device="neuron")
+    with torch.no_grad():
+        out = torch.compile(model, backend="neuron", fullgraph=True)(x)
+        ref = model.cpu()(x.cpu())
+    if mode == "save":
+        saved = torch.compiler.save_cache_artifacts()
+        artifacts.write_bytes(saved[0])
+    m = torch_neuronx.get_dynamo_metrics()
+    print(json.dumps({"hits": m["cache_hits"], "misses": m["cache_misses"], "compile_s": m["compile_seconds"],
+                      "device": str(out.device), "max_err": (out.cpu() - ref).abs().max().item()}))
+    """
+)
+
+
+def _run(cache_dir: Path, mode: str, artifacts: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
+    env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(cache_dir)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, mode, str(artifacts)], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["device"] == "neuron:0" and result["max_err"] < 1e-5
+    return result
+
+
+def test_second_process_hits_the_cache_and_artifacts_round_trip(tmp_path):
+    artifacts = tmp_path / "artifacts.bin"
+    cold = _run(tmp_path / "cache", "save", artifacts)
+    assert cold["hits"] == 0 and cold["misses"] == 1
+    assert any((tmp_path / "cache" / "compile" / "fxgraph").rglob("*")), "cache not under TORCH_NEURONX_NEFF_CACHE_DIR/compile"
+    warm = _run(tmp_path / "cache", "plain", artifacts)
+    assert warm["hits"] == 1 and warm["misses"] == 0
+    # A machine with an empty cache, given the saved artifacts, compiles nothing either.
+    assert artifacts.stat().st_size > 0
+    loaded = _run(tmp_path / "other-cache", "load", artifacts)
+    assert loaded["hits"] == 1 and loaded["misses"] == 0

@@ -1,0 +1,118 @@
+"""backend="neuron" with Transformers: a training loop, static-cache generate, mixed mode, Trainer.
+
+All tests share one tiny Llama configuration so that graphs compiled by one
+test are found in the compile cache by the next.
+"""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import torch_neuronx
+
+transformers = pytest.importorskip("transformers")
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from test_compile import _fresh_dynamo  # noqa: E402,F401  (autouse: fresh Dynamo state and metrics)
+
+pytestmark = pytest.mark.slow
+
+VOCAB = 256
+
+
+@pytest.fixture(scope="module")
+def base_model() -> LlamaForCausalLM:
+    config = LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+def _train_losses(base, device: str, compiled: bool, steps: int = 3) -> list[float]:
+    model = copy.deepcopy(base).to(device).train()
+    forward = torch.compile(model, backend="neuron", fullgraph=True) if compiled else model
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ids = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(1)).to(device)
+    losses = []
+    for _ in range(steps):
+        loss = forward(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def test_training_loop_matches_eager_neuron_and_cpu(base_model):
+    compiled = _train_losses(base_model, "neuron", compiled=True)
+    metrics = torch_neuronx.get_dynamo_metrics()
+    assert metrics["graphs_compiled"] == 1 and metrics["recompilations"] == 0
+    assert metrics["aot_graphs_compiled"] == 2 and metrics["executions"] == 6
+    eager = _train_losses(base_model, "neuron", compiled=False)
+    cpu = _train_losses(base_model, "cpu", compiled=False)
+    assert compiled[-1] < compiled[0]  # it trains
+    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(compiled, cpu, rtol=1e-4, atol=1e-4)
+
+
+def test_static_cache_generate_uses_compiled_forward(base_model):
+    model = copy.deepcopy(base_model).to("neuron")
+    prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(2))
+    kwargs = dict(max_new_tokens=4, do_sample=False, cache_implementation="static", pad_token_id=0)
+    compiled = model.generate(prompt.to("neuron"), **kwargs)
+    metrics = torch_neuronx.get_dynamo_metrics()
+    # Transformers picks backend "neuron" itself (CompileConfig for neuron devices): decode steps share a graph.
+    assert metrics["graphs_compiled"] >= 1 and metrics["executions"] >= 2
+    eager = base_model.generate(prompt, **kwargs, disable_compile=True)
+    assert compiled.device.type == "neuron"
+    assert torch.equal(compiled.cpu(), eager)
+
+
+def test_mixed_mode_compiles_only_the_chosen_submodules(base_model):
+    cpu_model = copy.deepcopy(base_model).train()
+    model = copy.deepcopy(base_model).to("neuron").train()
+    for layer in model.model.layers:
+        layer.mlp = torch.compile(layer.mlp, backend="neuron", fullgraph=True)
+    ids = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(3))
+    loss = model(input_ids=ids.to("neuron"), labels=ids.to("neuron")).loss
+    loss.backward()
+    ref = cpu_model(input_ids=ids, labels=ids).loss
+    ref.backward()
+    torch.testing.assert_close(loss.cpu(), ref, rtol=1e-4, atol=1e-5)
+    grad = model.model.layers[0].mlp.gate_proj.weight.grad
+    torch.testing.assert_close(grad.cpu(), cpu_model.model.layers[0].mlp.gate_proj.weight.grad, rtol=1e-3, atol=1e-5)
+    metrics = torch_neuronx.get_dynamo_metrics()
+    # Only the MLPs went through the compiler: one graph (layers share the code, their weights are
+    # graph inputs), run forward and backward once per layer.
+    assert metrics["graphs_compiled"] == 1
+    assert metrics["executions"] == 2 * len(model.model.layers)
+    assert "(2, 16, 64) torch.float32 neuron:0" in metrics["graphs"][0]["inputs"]
+
+
+def test_trainer_with_torch_compile_selects_neuron_backend(base_model, tmp_path):
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    ids = torch.randint(0, VOCAB, (8, 16), generator=torch.Generator().manual_seed(4))
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+
+    def run(torch_compile: bool):
+        args = TrainingArguments(
+            output_dir=str(tmp_path / str(torch_compile)), per_device_train_batch_size=2, max_steps=3,
+            learning_rate=1e-2, logging_steps=1, report_to=[], save_strategy="no", seed=0,
+            torch_compile=torch_compile, dataloader_pin_memory=False,
+        )
+        trainer = Trainer(model=copy.deepcopy(base_model).train(), args=args, train_dataset=data)
+        trainer.train()
+        return trainer, [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+    trainer, compiled_losses = run(True)
+    assert trainer.args.torch_compile_backend == "neuron"
+    assert next(trainer.model.parameters()).device.type == "neuron"
+    assert torch_neuronx.get_dynamo_metrics()["graphs_compiled"] >= 1
+    _, eager_losses = run(False)
+    assert len(compiled_losses) == 3
+    torch.testing.assert_close(compiled_losses, eager_losses, rtol=1e-3, atol=1e-3)

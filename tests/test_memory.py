@@ -1,0 +1,134 @@
+"""Memory accounting of the emulated HBM and out-of-memory behaviour."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+MiB = 2**20
+
+
+def test_allocation_is_charged_to_its_core_and_released():
+    dev = torch.device("neuron:1")
+    torch.neuron.reset_peak_memory_stats(dev)
+    base = torch.neuron.memory_allocated(dev)
+    x = torch.empty(3 * MiB // 4, device=dev)  # 3 MiB of float32
+    assert torch.neuron.memory_allocated(dev) - base == 3 * MiB
+    assert torch.neuron.memory_reserved(dev) == torch.neuron.memory_allocated(dev)
+    y = x + 1  # the fallback's adopted output is charged too
+    assert torch.neuron.memory_allocated(dev) - base == 6 * MiB
+    stats = torch.neuron.memory_stats(dev)
+    for key in ("allocated_bytes", "reserved_bytes", "active_bytes"):
+        assert stats[f"{key}.all.current"] - base == 6 * MiB
+        assert stats[f"{key}.all.peak"] >= stats[f"{key}.all.current"]
+    del x, y
+    assert torch.neuron.memory_allocated(dev) == base
+    assert torch.neuron.max_memory_allocated(dev) - base == 6 * MiB
+    torch.neuron.reset_peak_memory_stats(dev)
+    assert torch.neuron.max_memory_allocated(dev) == base
+
+
+def test_views_and_cpu_aliases_cost_nothing():
+    x = torch.randn(256, 256, device="neuron")
+    base = torch.neuron.memory_allocated()
+    v = x.t()[3:, ::2].unsqueeze(0)[..., :100]
+    v.mul_(2)
+    _ = x.cpu()  # a host copy is host memory, not device memory
+    assert torch.neuron.memory_allocated() == base
+
+
+def test_mem_get_info_and_summary():
+    free, total = torch.neuron.mem_get_info(0)
+    assert total == torch.neuron.get_device_properties(0).total_memory
+    assert free == total - torch.neuron.memory_allocated(0)
+    x = torch.empty(MiB, dtype=torch.uint8, device="neuron")
+    assert torch.neuron.mem_get_info(0)[0] == free - MiB
+    summary = torch.neuron.memory_summary(0)
+    assert "neuron:0" in summary and "Allocated memory" in summary
+    torch.neuron.empty_cache()
+    assert torch.neuron.memory_allocated(0) == total - free + MiB
+    del x
+
+
+def test_torch_accelerator_memory_api_matches():
+    dev = torch.device("neuron:2")
+    x = torch.ones(1000, device=dev)
+    assert torch.accelerator.memory_allocated(dev) == torch.neuron.memory_allocated(2)
+    assert torch.accelerator.get_memory_info(dev) == torch.neuron.mem_get_info(2)
+    del x
+
+
+_OOM_SCRIPT = r"""
+import torch, torch_neuronx
+from torch_neuronx import _C
+_C._configure_devices(2, 64 << 20)  # two cores of 64 MiB
+MiB = 1 << 20
+keep = torch.empty(40 * MiB, dtype=torch.uint8, device="neuron:0")
+baseline = torch.neuron.memory_stats(0)
+try:
+    torch.empty(30 * MiB, dtype=torch.uint8, device="neuron:0")
+except torch.OutOfMemoryError as e:
+    print("MSG", str(e).splitlines()[0])
+else:
+    raise SystemExit("no OOM")
+try:  # an op whose CPU kernel allocates, adopted afterwards
+    keep.float()
+except torch.OutOfMemoryError:
+    print("OOM2")
+after = torch.neuron.memory_stats(0)
+for key in ("allocated_bytes.all.current", "reserved_bytes.all.current",
+            "active_bytes.all.current", "allocation.all.current"):
+    assert after[key] == baseline[key], (key, after[key], baseline[key])
+print("OOMS", after["num_ooms"])
+# the process stays usable: the other core is untouched, and freeing makes room
+other = torch.empty(60 * MiB, dtype=torch.uint8, device="neuron:1")
+del keep
+again = torch.ones(30 * MiB, dtype=torch.uint8, device="neuron:0")
+print("OK", int(again.sum()), torch.neuron.memory_allocated(0), other.numel())
+"""
+
+
+def test_out_of_memory_is_clear_and_recoverable():
+    proc = subprocess.run([sys.executable, "-c", _OOM_SCRIPT], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = dict((line + " ").split(" ", 1) for line in proc.stdout.splitlines())
+    msg = lines["MSG"]
+    assert "neuron:0" in msg
+    assert f"tried to allocate {30 * MiB} bytes" in msg
+    assert f"{24 * MiB} bytes free of {64 * MiB} bytes capacity" in msg
+    assert "OOM2" in lines
+    assert lines["OOMS"].strip() == "2"
+    assert lines["OK"].split() == [str(30 * MiB), str(30 * MiB), str(60 * MiB)]
+
+
+def test_oom_is_torch_out_of_memory_error_subclass():
+    # No small profile in-process: ask for more than the 24 GiB of one core.
+    with pytest.raises(torch.OutOfMemoryError, match="free of"):
+        torch.empty(25 * 2**30, dtype=torch.uint8, device="neuron:3")
+    assert torch.neuron.memory_allocated(3) == 0 or torch.neuron.memory_allocated(3) < 2**30
+
+
+def test_storage_resize_for_fsdp2():
+    x = torch.ones(1024, device="neuron")
+    base = torch.neuron.memory_allocated()
+    storage = x.untyped_storage()
+    storage.resize_(0)
+    assert torch.neuron.memory_allocated() == base - 4096
+    storage.resize_(4096)
+    assert torch.neuron.memory_allocated() == base
+    x.fill_(3)
+    assert x.cpu().eq(3).all()
+
+
+def test_pin_memory_and_is_pinned():
+    cpu = torch.randn(4, 4)
+    pinned = cpu.pin_memory()
+    assert torch.equal(pinned, cpu)
+    assert pinned.is_pinned()
+    assert not cpu.is_pinned()
+    assert not torch.ones(2, device="neuron").is_pinned()
+    moved = pinned.to("neuron", non_blocking=True)
+    torch.testing.assert_close(moved.cpu(), cpu, rtol=0, atol=0)

@@ -1,0 +1,189 @@
+"""`torchneuron pilot` end to end at minimal sizes: report schema, device vs CPU, exit codes, bad input."""
+from __future__ import annotations
+
+import copy
+import io
+import json
+
+import pytest
+import torch
+from rich.console import Console
+
+from torch_neuronx.cli.main import main
+from torch_neuronx.pilot import PilotConfig, run_pilot
+from torch_neuronx.pilot import model as pilot_model
+from torch_neuronx.pilot.console import PilotConsole
+from torch_neuronx.pilot.report import SCHEMA_VERSION, STEP_ORDER, ReportSchemaError, validate_report
+
+MINIMAL = ["--batch-size", "1", "--seq-lens", "8,12", "--gen-tokens", "3", "--iters", "2", "--train-steps", "2"]
+
+
+def _pilot(tmp_path, *args) -> tuple[int, dict]:
+    code = main(["pilot", "--out", str(tmp_path), *MINIMAL, *args])
+    return code, json.loads((tmp_path / "report.json").read_text())
+
+
+def _quiet() -> PilotConsole:
+    return PilotConsole(Console(file=io.StringIO(), width=120))
+
+
+@pytest.fixture(scope="module")
+def neuron_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pilot-neuron")
+    code = main(["pilot", "--out", str(out), *MINIMAL, "--price-per-hour", "1.5"])
+    return code, json.loads((out / "report.json").read_text()), out
+
+
+@pytest.fixture
+def restore_core_capacity():
+    """Tests that emulate a smaller core must give the process its cores back."""
+    capacity = torch.neuron.get_device_properties(0).total_memory
+    yield
+    torch_neuronx_c = __import__("torch_neuronx")._C
+    torch_neuronx_c._configure_devices(torch.neuron.device_count(), capacity)
+
+
+@pytest.mark.slow
+def test_pilot_on_neuron_passes_and_matches_cpu(neuron_report):
+    code, report, out = neuron_report
+    assert code == 0, report["summary"]["failed_checks"]
+    validate_report(report)
+    assert report["status"] == "passed" and report["environment"]["emulated"]
+    assert "emulated-host time" in report["environment"]["time_basis"]
+    steps = report["steps"]
+    assert list(steps) == list(STEP_ORDER)
+    assert all(s["status"] == "passed" for s in steps.values()), {n: s["summary"] for n, s in steps.items()}
+    # numerics: real comparisons against the CPU, one per shape, plus per-layer errors from hooks
+    logits = steps["numerics"]["data"]["eager"]["logits"]
+    assert set(logits) == {"8", "12"}
+    assert all(e["max_abs_error"] <= 1e-4 for e in logits.values())
+    assert len(steps["numerics"]["data"]["eager"]["per_layer_max_abs_error"]) == \
+        pilot_model.BUILTIN_MODEL["num_hidden_layers"]
+    gen = steps["quality"]["data"]["generation"]["eager"]
+    assert gen["device_tokens"] == gen["cpu_tokens"] and len(gen["cpu_tokens"][0]) == 3
+    ft = steps["finetune"]["data"]
+    assert len(ft["device_loss"]) == 2 and ft["device_loss"][1] < ft["device_loss"][0]
+    assert steps["checkpoint"]["data"]["max_abs_difference"] == 0.0
+    assert (out / "checkpoint" / "config.json").is_file()
+    comp = steps["compilation"]["data"]
+    assert comp["modes"]["eager"]["shapes"]["8"]["cold"]["kernel_compilations"] > 0
+    assert comp["modes"]["eager"]["shapes"]["8"]["warm"]["kernel_compilations"] == 0
+    assert set(comp["fresh_process"]["eager"]["first_call_seconds"]) == {"8", "12"}
+    perf = steps["performance"]["data"]
+    shape = perf["generation"]["eager"]["shapes"]["12"]
+    assert shape["ttft_seconds"]["count"] == 1 and shape["per_token_seconds"]["count"] == 2
+    assert 0 < perf["inference_memory"]["peak_bytes"] <= perf["inference_memory"]["capacity_bytes"]
+    cost = steps["cost"]["data"]
+    job = cost["generation"]["eager"]
+    assert job["cost_usd"] == pytest.approx(job["seconds"] * 1.5 / 3600)
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") >= 4 and "http" not in html.split("<body>")[0]
+
+
+@pytest.mark.slow
+def test_pilot_on_cpu_reusing_the_saved_inputs(neuron_report, tmp_path):
+    _, _, out = neuron_report
+    saved = json.loads((out / "inputs.json").read_text())
+    code, report = _pilot(tmp_path, "--device", "cpu", "--inputs", str(out / "inputs.json"), "--train-steps", "0",
+                          "--no-hidden-states")
+    assert code == 0, report["summary"]["failed_checks"]
+    assert json.loads((tmp_path / "inputs.json").read_text())["batches"] == saved["batches"]
+    assert report["steps"]["inputs"]["data"]["origin"].startswith("loaded from")
+    assert report["environment"]["emulated"] is False
+    assert report["steps"]["finetune"]["status"] == "skipped"
+    assert report["steps"]["cost"]["status"] == "not_available"  # no price for a CPU machine
+    assert report["steps"]["performance"]["data"]["inference_memory"]["capacity_bytes"] is None
+
+
+@pytest.mark.slow
+def test_a_device_fault_fails_the_checks_and_the_exit_code(tmp_path, monkeypatch):
+    """A device copy whose weights differ (as a miscompiled kernel would) must be caught."""
+    real = pilot_model.to_device
+
+    def faulty(model, device):
+        dev = real(model, device)
+        with torch.no_grad():
+            dev.lm_head.weight.add_(0.05)
+        return dev
+
+    monkeypatch.setattr("torch_neuronx.pilot.runner.to_device", faulty)
+    cfg = PilotConfig(batch_size=1, seq_lens=(8,), gen_tokens=3, iters=2, train_steps=0, out=tmp_path)
+    assert run_pilot(cfg, _quiet()) == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["status"] == "failed" and report["exit_code"] == 1
+    assert report["steps"]["numerics"]["status"] == "failed"
+    assert any("logits" in name for name in report["summary"]["failed_checks"])
+
+
+@pytest.mark.parametrize("args, kind", [
+    (["/nonexistent/model"], "bad_input"),
+    (["--dtype", "float64"], "unsupported_dtype"),
+    (["--seq-lens", "1"], "bad_input"),
+    (["--instance", "trn9.mega"], "bad_input"),
+    (["--device", "cuda"], "device_unavailable"),
+])
+def test_bad_input_is_one_line_and_leaves_a_report(tmp_path, capsys, args, kind):
+    code = main(["pilot", "--out", str(tmp_path), *args])
+    printed = capsys.readouterr()
+    assert code == 2
+    assert "Traceback" not in printed.out + printed.err
+    errors = [line for line in printed.out.splitlines() if line.startswith("error:")]
+    assert errors and len(errors[0]) > 10
+    report = json.loads((tmp_path / "report.json").read_text())
+    validate_report(report)
+    assert report["status"] == "error" and report["error"]["kind"] == kind
+    assert (tmp_path / "report.html").is_file()
+
+
+def test_not_a_causal_lm(tmp_path, capsys):
+    from transformers import BertConfig, BertModel
+
+    ckpt = tmp_path / "encoder"
+    BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                         vocab_size=64)).save_pretrained(ckpt)
+    (ckpt / "config.json").write_text(json.dumps({**json.loads((ckpt / "config.json").read_text()),
+                                                  "model_type": "clip_vision_model"}))
+    code = main(["pilot", str(ckpt), "--out", str(tmp_path / "out")])
+    assert code == 2
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["error"]["kind"] == "not_causal_lm"
+    assert "not a causal language model" in capsys.readouterr().out
+
+
+def test_out_of_memory_on_a_small_core(tmp_path, restore_core_capacity):
+    cfg = PilotConfig(batch_size=1, seq_lens=(8,), gen_tokens=2, iters=2, train_steps=0, out=tmp_path,
+                      hbm_per_core_gib=0.0001)
+    assert run_pilot(cfg, _quiet()) == 2
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["error"]["kind"] == "out_of_memory" and "out of memory" in report["error"]["message"]
+    assert report["steps"]["inputs"]["status"] == "passed"  # what ran before the OOM is kept
+
+
+def test_inputs_outside_the_vocabulary_are_rejected(tmp_path):
+    from torch_neuronx.pilot.inputs import ByteTokenizer, build_inputs
+
+    inputs = build_inputs(ByteTokenizer(), batch_size=1, seq_lens=[8], eval_len=8)
+    inputs.batches[8][0][0] = 10**6
+    bad = tmp_path / "bad.json"
+    inputs.save(bad)
+    code, report = _pilot(tmp_path / "out", "--inputs", str(bad))
+    assert code == 2 and "outside the model's vocabulary" in report["error"]["message"]
+
+
+@pytest.mark.slow
+def test_schema_validation_rejects_broken_reports(neuron_report):
+    _, report, _ = neuron_report
+    assert report["schema_version"] == SCHEMA_VERSION
+    for mutate in (
+        lambda r: r.pop("steps"),
+        lambda r: r.update(schema_version="2.0"),
+        lambda r: r.update(status="maybe"),
+        lambda r: r["steps"]["numerics"].update(status="fine"),
+        lambda r: r["steps"]["numerics"]["checks"][0].pop("passed"),
+        lambda r: r.update(exit_code=True),
+        lambda r: r["environment"].pop("time_basis"),
+    ):
+        broken = copy.deepcopy(report)
+        mutate(broken)
+        with pytest.raises(ReportSchemaError):
+            validate_report(broken)

@@ -1,0 +1,149 @@
+"""The checks of one architecture: forward, backward, generate (dynamic and static cache), save/load.
+
+Each check runs on the CPU first; the CPU's results are the reference the
+device must match (logits and gradients within tolerance, identical greedy
+tokens, identical logits after a save/load round trip). A check that fails on
+the CPU as well is a limitation of the architecture or of this tiny build, not
+of the device, and is reported as such.
+"""
+from __future__ import annotations
+
+import copy
+import tempfile
+import time
+
+import torch
+
+from .tiny import build_tiny
+
+CHECKS = ("forward", "backward", "generate_dynamic", "generate_static", "save_load")
+ATOL, RTOL = 1e-4, 1e-3
+NEW_TOKENS = 4
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, float]:
+    a, b = a.detach().to("cpu", torch.float32), b.detach().to("cpu", torch.float32)
+    err = (a - b).abs().max().item() if a.numel() else 0.0
+    return bool(torch.allclose(a, b, atol=ATOL, rtol=RTOL, equal_nan=False)), err
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+
+
+def _grads(model, ids) -> dict[str, torch.Tensor]:
+    # Gradients in eval mode: dropout would make CPU and device draw different masks.
+    try:
+        loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss
+        loss.backward()
+        return {n: p.grad.detach().to("cpu") for n, p in model.named_parameters() if p.grad is not None}
+    finally:
+        model.zero_grad(set_to_none=True)
+
+
+def _generate(model, ids, static: bool) -> list[list[int]]:
+    extra = {"cache_implementation": "static", "disable_compile": True} if static else {}
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                             min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0, **extra)
+    return out[:, ids.shape[1]:].tolist()
+
+
+def _save_load(model, ids, device) -> torch.Tensor:
+    before = _logits(model, ids)
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        reloaded = type(model).from_pretrained(tmp, dtype=torch.float32).eval().to(device)
+    after = _logits(reloaded, ids)
+    ok, err = _close(after, before)
+    if not ok:
+        raise AssertionError(f"logits changed after save/load by {err:.3g}")
+    return after
+
+
+def _run_checks(model, ids, device, reference: dict | None) -> tuple[dict, dict]:
+    """Run every check on ``device``; compare with ``reference`` outputs when given."""
+    results, outputs = {}, {}
+    steps = {
+        "forward": lambda: _logits(model, ids),
+        "backward": lambda: _grads(model, ids),
+        "generate_dynamic": lambda: _generate(model, ids, static=False),
+        "generate_static": lambda: _generate(model, ids, static=True),
+        "save_load": lambda: _save_load(model, ids, device),
+    }
+    for name in CHECKS:
+        start = time.perf_counter()
+        try:
+            out = steps[name]()
+            outputs[name] = out
+            detail = _compare(name, out, reference.get(name)) if reference is not None else None
+            results[name] = {"ok": detail is None, "error": detail}
+        except Exception as exc:  # every failure is data for the table
+            results[name] = {"ok": False, "error": _first_line(exc)}
+        results[name]["seconds"] = round(time.perf_counter() - start, 3)
+    return results, outputs
+
+
+def _compare(name: str, out, ref) -> str | None:
+    """None when the device output matches the CPU's, else what differs."""
+    if ref is None:
+        return None  # the CPU could not produce it: nothing to compare against
+    if name in ("forward", "save_load"):
+        ok, err = _close(out, ref)
+        return None if ok else f"logits differ from CPU by {err:.3g}"
+    if name == "backward":
+        worst = max(((k, _close(out[k], g)) for k, g in ref.items() if k in out), key=lambda kv: kv[1][1],
+                    default=None)
+        missing = set(ref) - set(out)
+        if missing:
+            return f"{len(missing)} parameters got no gradient on the device"
+        if worst and not worst[1][0]:
+            return f"gradient of {worst[0]} differs from CPU by {worst[1][1]:.3g}"
+        return None
+    if out != ref:
+        return f"greedy tokens differ from CPU: {out} vs {ref}"
+    return None
+
+
+def probe(model_type: str, device: str, on_phase=lambda phase: None) -> dict:
+    """All checks of one architecture on the CPU and on ``device``; JSON-ready."""
+    result = {"model_type": model_type, "device": device}
+    on_phase("build")
+    try:
+        model = build_tiny(model_type)
+        result["architecture"] = type(model).__name__
+        result["parameters"] = sum(p.numel() for p in model.parameters())
+    except Exception as exc:
+        result.update(status="build_failed", error=_first_line(exc))
+        return result
+    vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None \
+        else model.config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, max(vocab, 4), (2, 8), generator=generator)
+    on_phase("cpu")
+    cpu_results, cpu_outputs = _run_checks(model, ids, torch.device("cpu"), None)
+    on_phase("device")
+    target = torch.device(device)
+    try:
+        dev_model = copy.deepcopy(model).to(target)
+        dev_results, _ = _run_checks(dev_model, ids.to(target), target, cpu_outputs)
+    except Exception as exc:
+        dev_results = {name: {"ok": False, "error": f"moving the model: {_first_line(exc)}"} for name in CHECKS}
+    result["cpu"], result["device_checks"] = cpu_results, dev_results
+    result["status"] = classify(cpu_results, dev_results)
+    return result
+
+
+def classify(cpu: dict, dev: dict) -> str:
+    """pass | device_fail (a check passes on CPU, not on the device) | cpu_fail (fails on CPU too)."""
+    if any(cpu[c]["ok"] and not dev[c]["ok"] for c in CHECKS):
+        return "device_fail"
+    if all(cpu[c]["ok"] for c in CHECKS):
+        return "pass"
+    return "cpu_fail"

@@ -1,0 +1,107 @@
+"""Trainium fidelity: compilation accounting, op tracking, 64-bit semantics,
+metrics. See ``docs/fidelity.md``.
+
+``install`` runs once from ``torch_neuronx._register``; the functions below
+are re-exported as ``torch_neuronx.<name>``.
+"""
+from __future__ import annotations
+
+import atexit
+
+from .. import _C
+from ..runtime.config import env_str
+from . import logging as _logging
+from . import metrics as _metrics
+from .kernels import Accounting, enabled_from_env, make_accounting, salt_of
+from .neff_cache import NeffCache
+from .value_semantics import get_64bit_mode, mode_from_env, set_64bit_mode
+
+__all__ = [
+    "clear_op_tracking", "export_metrics", "get_64bit_mode", "get_executed_ops",
+    "get_fallback_ops", "get_host_ops", "kernel_accounting_enabled", "metrics",
+    "reset_metrics", "set_64bit_mode", "set_host_ops", "set_kernel_accounting", "use_neff_cache",
+]
+
+_accounting: Accounting | None = None
+_enabled = False
+
+
+def install(topology) -> None:
+    global _accounting
+    _logging.configure()
+    set_64bit_mode(mode_from_env())
+    _accounting = make_accounting(topology.profile.family, topology.lnc)
+    _C._set_signature_callback(_accounting.on_new_signature)
+    set_kernel_accounting(enabled_from_env())
+    metrics_dir = env_str("TORCH_NEURONX_METRICS_DIR", None)
+    if metrics_dir is not None:
+        atexit.register(_export_at_exit, metrics_dir)
+
+
+def _export_at_exit(directory) -> None:
+    try:
+        export_metrics(directory)
+    except OSError as exc:
+        _logging.get_logger("metrics").warning("metrics not exported to %s: %s", directory, exc)
+
+
+def use_neff_cache(directory) -> None:
+    """Account against another cache directory (``None``: no persistent cache)
+    and forget what this process compiled, as a fresh process would. Counters
+    and op lists restart; for tools and tests that compare runs in one process."""
+    global _accounting
+    cache = None if directory is None else NeffCache(directory)
+    _accounting = Accounting(cache, _accounting.config, _accounting.compile_seconds, _accounting.tracker)
+    _C._set_signature_callback(_accounting.on_new_signature)
+    _C._reset_accounting()
+    _accounting.tracker.clear()
+
+
+def set_kernel_accounting(enabled: bool) -> None:
+    """Turn signature hashing, cache lookups and op tracking on or off."""
+    global _enabled
+    _enabled = bool(enabled)
+    _C._set_accounting(_enabled, salt_of(_accounting.config))
+
+
+def kernel_accounting_enabled() -> bool:
+    return _enabled
+
+
+def get_executed_ops() -> list[str]:
+    """ATen ops run on the device since the last clear (needs accounting on)."""
+    return sorted(_accounting.tracker.executed)
+
+
+def get_fallback_ops() -> list[str]:
+    """Executed ops that the real product runs on the host CPU."""
+    return sorted(_accounting.tracker.fallbacks)
+
+
+def clear_op_tracking() -> None:
+    _accounting.tracker.clear()
+    _C._forget_signatures()
+
+
+def set_host_ops(names) -> None:
+    """Replace the list of ops reported as host (CPU) fallbacks."""
+    _accounting.tracker.set_host_ops(names)
+
+
+def get_host_ops() -> tuple[str, ...]:
+    return _accounting.tracker.host_ops
+
+
+def metrics() -> dict:
+    """A snapshot of kernels, estimated compile time, cache, memory and ops."""
+    return _metrics.snapshot(_accounting, _enabled)
+
+
+def reset_metrics() -> None:
+    """Zero the counters, op lists and memory peaks; caches stay warm."""
+    _metrics.reset(_accounting)
+
+
+def export_metrics(directory):
+    """Write the snapshot as JSON and per-op CSV; returns both paths."""
+    return _metrics.export(metrics(), directory)

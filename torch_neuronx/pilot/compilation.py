@@ -1,0 +1,99 @@
+"""Compilation: the graph compiler for a mode, and the metrics that explain its cost.
+
+Two sources, each optional so the pilot degrades to "not available" instead
+of failing: the fidelity layer (``torch_neuronx.metrics()``: per-shape eager
+kernel compilations, NEFF cache hits, an *estimated* neuronx-cc time) and the
+compile metrics (``torch_neuronx.get_dynamo_metrics()``: graphs, recompiles
+with reasons, graph breaks, compile vs execution seconds, cache hits). Dynamo's
+own counters are recorded for any backend, so ``--device cuda`` gets graph
+counts too.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+
+def backend_for(device: torch.device) -> str:
+    """``neuron`` on the neuron device, Inductor everywhere else."""
+    return "neuron" if device.type == "neuron" else "inductor"
+
+
+def backend_unavailable(backend: str) -> str | None:
+    """Why ``torch.compile(backend=...)`` cannot be used here, or None when it can."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    try:
+        lookup_backend(backend)
+    except Exception as exc:  # a missing module or a broken install: both mean "not available"
+        return f"torch.compile backend {backend!r} is not available ({type(exc).__name__}: {exc})"
+    return None
+
+
+@contextlib.contextmanager
+def compiled_forward(model, backend: str):
+    """Route ``model``'s forward (and so ``generate``) through ``torch.compile`` for the block."""
+    model.forward = torch.compile(model.forward, backend=backend)
+    try:
+        yield model
+    finally:
+        del model.forward  # the class's forward is visible again
+        torch._dynamo.reset()
+
+
+def fidelity_metrics(device: torch.device) -> dict:
+    """``torch_neuronx.metrics()`` (without the long op lists), or why it is unavailable."""
+    if device.type != "neuron":
+        return {"available": False, "reason": f"per-shape compilation accounting applies to neuron, not {device.type}"}
+    import torch_neuronx
+
+    if not hasattr(torch_neuronx, "metrics"):
+        return {"available": False, "reason": "torch_neuronx.metrics() is not available in this build"}
+    snap = dict(torch_neuronx.metrics())
+    snap["executed_op_count"] = len(snap.pop("executed_ops", []) or [])
+    snap["available"] = True
+    return snap
+
+
+def reset_fidelity() -> None:
+    import torch_neuronx
+
+    if hasattr(torch_neuronx, "reset_metrics"):
+        torch_neuronx.reset_metrics()
+
+
+def dynamo_metrics() -> dict:
+    """The neuron backend's compile metrics when present, plus Dynamo's backend-neutral counters."""
+    from torch._dynamo.utils import counters
+
+    data = {
+        "dynamo_unique_graphs": int(counters["stats"]["unique_graphs"]),
+        "dynamo_graph_breaks": {str(k): int(v) for k, v in counters["graph_break"].items()},
+    }
+    import torch_neuronx
+
+    getter = getattr(torch_neuronx, "get_dynamo_metrics", None)
+    if getter is None:
+        try:
+            from torch_neuronx.compile import get_dynamo_metrics as getter
+        except ImportError:
+            getter = None
+    if getter is None:
+        data["neuron_backend"] = {"available": False, "reason": "get_dynamo_metrics() is not available"}
+    else:
+        snap = dict(getter())
+        snap.pop("graphs", None)
+        data["neuron_backend"] = {"available": True, **snap}
+    return data
+
+
+def reset_dynamo() -> None:
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    try:
+        from torch_neuronx.compile import reset_dynamo_metrics
+    except ImportError:
+        return
+    reset_dynamo_metrics()

@@ -1,0 +1,133 @@
+"""Options of a pilot run, their validation, and the pass/fail tolerances per dtype."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+MODES = ("eager", "compile", "both")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+
+
+class PilotError(Exception):
+    """Bad input or an environment problem: reported in one line, never as a traceback.
+
+    ``kind`` names the class of problem (``bad_input``, ``not_causal_lm``,
+    ``out_of_memory``, ``unsupported_dtype``, ``device_unavailable``) so the
+    report and tests can tell them apart.
+    """
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """Limits a device result must meet against the CPU reference in the same dtype.
+
+    Logits pass when ``|device - cpu| <= atol + rtol * |cpu|`` everywhere (as
+    ``torch.allclose``); greedy generations pass when at least
+    ``min_token_agreement`` of generated tokens equal CPU's; losses pass when
+    their relative difference is at most ``loss_rtol``.
+    """
+
+    atol: float
+    rtol: float
+    min_token_agreement: float
+    loss_rtol: float
+
+
+# float32 is expected to agree closely with the CPU; half precisions round
+# differently per kernel, and a near-tie in greedy decoding then flips a token
+# and everything after it, so they get looser limits.
+TOLERANCES = {
+    "float32": Tolerance(atol=1e-4, rtol=1e-4, min_token_agreement=1.0, loss_rtol=1e-4),
+    "bfloat16": Tolerance(atol=5e-2, rtol=5e-2, min_token_agreement=0.75, loss_rtol=2e-2),
+    "float16": Tolerance(atol=1e-2, rtol=1e-2, min_token_agreement=0.75, loss_rtol=1e-2),
+}
+
+
+@dataclasses.dataclass
+class PilotConfig:
+    model: str | None = None  # local checkpoint directory; None = built-in tiny Llama
+    device: str = "neuron"
+    dtype: str = "float32"
+    attn_implementation: str = "sdpa"
+    batch_size: int = 2
+    seq_lens: tuple[int, ...] = (32, 64)
+    gen_tokens: int = 16
+    mode: str = "eager"
+    train_steps: int = 8
+    iters: int = 8  # timed repetitions per shape for the latency percentiles
+    hidden_states: bool = True  # per-layer error via hooks
+    instance: str | None = None
+    price_per_hour: float | None = None
+    hbm_per_core_gib: float | None = None  # emulate a smaller (or larger) NeuronCore
+    out: Path = Path("pilot-report")
+    inputs: Path | None = None
+    seed: int = 0
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return ("eager", "compile") if self.mode == "both" else (self.mode,)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def tolerance(self) -> Tolerance:
+        return TOLERANCES[self.dtype]
+
+    def validate(self) -> None:
+        """Raise :class:`PilotError` for any option the pilot cannot use."""
+        if self.dtype not in DTYPES:
+            raise PilotError(
+                "unsupported_dtype",
+                f"dtype {self.dtype!r} is not supported by the pilot; choose one of "
+                f"{', '.join(DTYPES)} (Trainium has no 64-bit floating point)",
+            )
+        if self.mode not in MODES:
+            raise PilotError("bad_input", f"--mode {self.mode!r} must be one of {', '.join(MODES)}")
+        if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise PilotError(
+                "bad_input",
+                f"--attn {self.attn_implementation!r} must be one of {', '.join(ATTN_IMPLEMENTATIONS)}",
+            )
+        for name in ("batch_size", "gen_tokens", "iters"):
+            if getattr(self, name) < 1:
+                raise PilotError("bad_input", f"--{name.replace('_', '-')} must be at least 1")
+        if self.iters < 2:
+            raise PilotError("bad_input", "--iters must be at least 2 (one cold run, then steady state)")
+        if self.train_steps < 0:
+            raise PilotError("bad_input", "--train-steps must be 0 (no fine-tune) or more")
+        if not self.seq_lens or min(self.seq_lens) < 2:
+            raise PilotError("bad_input", "--seq-lens must list lengths of at least 2 tokens")
+        if self.price_per_hour is not None and self.price_per_hour <= 0:
+            raise PilotError("bad_input", "--price-per-hour must be positive")
+        if self.hbm_per_core_gib is not None and self.hbm_per_core_gib <= 0:
+            raise PilotError("bad_input", "--hbm-per-core must be positive")
+        from ..runtime.profiles import PROFILES
+
+        if self.instance is not None and self.instance not in PROFILES:
+            raise PilotError(
+                "bad_input", f"--instance {self.instance!r} is not a known profile; choose one of {', '.join(PROFILES)}"
+            )
+        if self.model is not None and not Path(self.model).is_dir():
+            raise PilotError(
+                "bad_input",
+                f"model path {self.model!r} is not a directory; pass a local Transformers "
+                "checkpoint directory (no downloads), or omit MODEL for the built-in default",
+            )
+        if self.inputs is not None and not Path(self.inputs).is_file():
+            raise PilotError("bad_input", f"--inputs file {str(self.inputs)!r} does not exist")
+
+    def to_json(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["seq_lens"] = list(self.seq_lens)
+        data["out"] = str(self.out)
+        data["inputs"] = str(self.inputs) if self.inputs else None
+        return data

@@ -1,0 +1,55 @@
+"""The device under test: parse it, check it exists, and optionally resize its cores."""
+from __future__ import annotations
+
+import torch
+
+from .config import PilotError
+
+GiB = 1024**3
+
+
+def resolve_device(name: str) -> torch.device:
+    """``neuron``, ``cpu``, ``cuda:1``…: any PyTorch device that is present in this process."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise PilotError("bad_input", f"--device {name!r} is not a PyTorch device name") from None
+    if device.type == "cpu":
+        return device
+    module = getattr(torch, device.type, None)
+    if module is None or not module.is_available():
+        raise PilotError("device_unavailable", f"device {device.type!r} is not available in this process")
+    count = module.device_count()
+    index = device.index if device.index is not None else module.current_device()
+    if not 0 <= index < count:
+        raise PilotError("device_unavailable", f"{name} does not exist: {count} {device.type} device(s) visible")
+    return torch.device(device.type, index)
+
+
+def is_emulated(device: torch.device) -> bool:
+    """The neuron device of this package runs on the host CPU."""
+    return device.type == "neuron"
+
+
+def set_core_capacity(gib: float) -> None:
+    """Emulate NeuronCores with ``gib`` GiB of HBM each (a what-if for smaller cores)."""
+    import torch_neuronx
+
+    torch_neuronx._C._configure_devices(torch.neuron.device_count(), int(gib * GiB))
+
+
+def use_instance(name: str) -> None:
+    """Switch this process to instance profile ``name`` before any device memory is used.
+
+    The profile sets the number of cores and the HBM per core; ``TORCHNEURON_INSTANCE``
+    is exported too so that the pilot's fresh processes see the same instance.
+    """
+    import os
+
+    import torch_neuronx
+    from torch_neuronx.runtime.profiles import get_profile, resolve_topology
+
+    topology = resolve_topology(get_profile(name))
+    torch_neuronx._C._configure_devices(topology.device_count, topology.hbm_per_core)
+    torch.neuron._set_topology(topology)
+    os.environ["TORCHNEURON_INSTANCE"] = name

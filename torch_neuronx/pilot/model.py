@@ -1,0 +1,110 @@
+"""The model under test: a local Transformers checkpoint or the built-in tiny Llama.
+
+The CPU reference and the device copy start from the same weights (one load,
+then a copy moved to the device), so every difference the pilot reports comes
+from the device, not from loading twice.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import torch
+
+from .config import PilotConfig, PilotError
+from .inputs import ByteTokenizer
+
+# Small enough that the whole default pilot (with torch.compile) runs in a few
+# minutes on two host cores, large enough to have GQA, RoPE, RMSNorm and SwiGLU.
+BUILTIN_MODEL = dict(
+    vocab_size=320,  # the byte tokenizer's 259 ids, rounded up
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    pad_token_id=ByteTokenizer.pad_token_id,
+    bos_token_id=ByteTokenizer.bos_token_id,
+    eos_token_id=ByteTokenizer.eos_token_id,
+    tie_word_embeddings=False,
+)
+
+
+def causal_lm_types() -> set[str]:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+def build_builtin(cfg: PilotConfig):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(cfg.seed)
+    config = LlamaConfig(**BUILTIN_MODEL, attn_implementation=cfg.attn_implementation)
+    return LlamaForCausalLM(config).to(cfg.torch_dtype)
+
+
+def load_checkpoint(path: str, dtype: torch.dtype, attn_implementation: str):
+    """Load a local causal-LM checkpoint, turning every failure into a one-line error."""
+    from transformers import AutoModelForCausalLM
+
+    config_file = Path(path) / "config.json"
+    if not config_file.is_file():
+        raise PilotError("bad_input", f"{path} has no config.json: not a Transformers checkpoint directory")
+    try:
+        model_type = json.loads(config_file.read_text()).get("model_type")
+    except ValueError as exc:
+        raise PilotError("bad_input", f"{config_file} is not valid JSON ({exc})") from None
+    if model_type not in causal_lm_types():
+        raise PilotError(
+            "not_causal_lm",
+            f"{path} holds a {model_type!r} model, which is not a causal language model "
+            "(no AutoModelForCausalLM class in the installed Transformers)",
+        )
+    try:
+        return AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, attn_implementation=attn_implementation, local_files_only=True
+        )
+    except Exception as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise PilotError("bad_input", f"cannot load {path}: {first_line}") from None
+
+
+def load_reference(cfg: PilotConfig):
+    """The CPU reference model, in eval mode, in the pilot's dtype."""
+    model = build_builtin(cfg) if cfg.model is None else load_checkpoint(
+        cfg.model, cfg.torch_dtype, cfg.attn_implementation
+    )
+    return model.eval()
+
+
+def to_device(model, device: torch.device):
+    """A copy of ``model`` on ``device``; running out of device memory is a clear error."""
+    try:
+        return copy.deepcopy(model).to(device)
+    except torch.OutOfMemoryError as exc:
+        raise out_of_memory(device, exc) from None
+
+
+def out_of_memory(device: torch.device, exc: BaseException) -> PilotError:
+    first_line = (str(exc).strip().splitlines() or ["out of memory"])[0]
+    return PilotError(
+        "out_of_memory",
+        f"out of memory on {device}: {first_line} — use a smaller batch/sequence, a lower precision, "
+        "or an instance with more HBM per core",
+    )
+
+
+def describe(model) -> dict:
+    config = model.config
+    return {
+        "architecture": type(model).__name__,
+        "model_type": config.model_type,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "num_hidden_layers": getattr(config, "num_hidden_layers", None),
+        "hidden_size": getattr(config, "hidden_size", None),
+        "vocab_size": getattr(config, "vocab_size", None),
+        "attn_implementation": getattr(config, "_attn_implementation", None),
+    }

@@ -1,0 +1,118 @@
+"""Latency, throughput and peak memory, measured the same way on any PyTorch device.
+
+Decoding uses a static KV cache (``transformers.StaticCache``), the pattern the
+real product recommends: every decode step then has the same shapes, so a
+graph compiler (or Trainium's per-shape eager compilation) compiles one decode
+step instead of one per cache length.
+"""
+from __future__ import annotations
+
+import inspect
+import resource
+import time
+
+import torch
+
+
+def synchronizer(device: torch.device):
+    """A function that waits for queued work on ``device`` (nothing to wait for on CPU)."""
+    if device.type == "cpu":
+        return lambda: None
+    return lambda: torch.accelerator.synchronize(device)
+
+
+def percentiles(values: list[float]) -> dict:
+    """p50/p95/p99 with linear interpolation, plus mean and count."""
+    if not values:
+        return {"count": 0, "p50": None, "p95": None, "p99": None, "mean": None}
+    t = torch.tensor(values, dtype=torch.float64)
+    q = torch.quantile(t, torch.tensor([0.5, 0.95, 0.99], dtype=torch.float64)).tolist()
+    return {"count": len(values), "p50": q[0], "p95": q[1], "p99": q[2], "mean": t.mean().item()}
+
+
+def _cache_kwarg(model) -> str:
+    """Transformers 5.x renamed ``past_key_values`` to ``cache``; older classes keep the old name."""
+    return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+
+
+@torch.no_grad()
+def decode_once(model, ids: torch.Tensor, gen_tokens: int, sync) -> tuple[float, list[float], list[list[int]]]:
+    """One greedy request: time to first token, the latency of each further token, the tokens."""
+    from transformers import StaticCache
+
+    batch, length = ids.shape
+    device = ids.device
+    sync()
+    start = time.perf_counter()
+    cache = {_cache_kwarg(model): StaticCache(config=model.config, max_cache_len=length + gen_tokens)}
+    out = model(input_ids=ids, **cache, use_cache=True, cache_position=torch.arange(length, device=device))
+    token = out.logits[:, -1].argmax(-1, keepdim=True)
+    sync()
+    ttft = time.perf_counter() - start
+    tokens = [token]
+    per_token = []
+    for step in range(gen_tokens - 1):
+        start = time.perf_counter()
+        out = model(input_ids=token, **cache, use_cache=True,
+                    cache_position=torch.tensor([length + step], device=device))
+        token = out.logits[:, -1].argmax(-1, keepdim=True)
+        sync()
+        per_token.append(time.perf_counter() - start)
+        tokens.append(token)
+    return ttft, per_token, torch.cat(tokens, dim=1).tolist()
+
+
+def greedy_static(model, ids: torch.Tensor, new_tokens: int, pad_token_id: int) -> list[list[int]]:
+    """Greedy tokens from the timed decode loop: in compile mode it reuses the graphs that
+    the performance step runs, instead of compiling ``generate``'s own call signature too."""
+    return decode_once(model, ids, new_tokens, synchronizer(ids.device))[2]
+
+
+def measure_generation(model, batches: dict, gen_tokens: int, iters: int, device, on_iter) -> dict:
+    """Per sequence length: the cold first request, then ``iters - 1`` steady-state requests."""
+    sync = synchronizer(device)
+    shapes, all_ttft, all_token = {}, [], []
+    for length, rows in sorted(batches.items()):
+        ids = torch.tensor(rows, device=device)
+        runs = []
+        for _ in range(iters):
+            runs.append(decode_once(model, ids, gen_tokens, sync))
+            on_iter()
+        (cold_ttft, cold_tokens, _), steady = runs[0], runs[1:]
+        ttft = [r[0] for r in steady]
+        tokens = [t for r in steady for t in r[1]]
+        decode_seconds = [sum(r[1]) for r in steady]
+        batch = ids.shape[0]
+        shapes[str(length)] = {
+            "batch_size": batch,
+            "cold_ttft_seconds": cold_ttft,
+            "cold_decode_seconds": sum(cold_tokens),
+            "ttft_seconds": percentiles(ttft),
+            "per_token_seconds": percentiles(tokens),
+            "prefill_tokens_per_second": batch * length / (sum(ttft) / len(ttft)),
+            "decode_tokens_per_second": (batch * (gen_tokens - 1) * len(steady) / sum(decode_seconds))
+            if sum(decode_seconds) > 0 else None,
+            "ttft_samples": ttft,
+            "per_token_samples": tokens,
+        }
+        all_ttft += ttft
+        all_token += tokens
+    return {"gen_tokens": gen_tokens, "iters": iters, "shapes": shapes,
+            "ttft_seconds": percentiles(all_ttft), "per_token_seconds": percentiles(all_token)}
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type != "cpu":
+        torch.accelerator.reset_peak_memory_stats(device)
+
+
+def peak_memory(device: torch.device) -> dict:
+    """Peak bytes on the core vs its capacity; on CPU only the process's peak RSS exists."""
+    if device.type == "cpu":
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+        return {"scope": "host process (peak RSS)", "peak_bytes": rss, "capacity_bytes": None,
+                "peak_fraction": None}
+    peak = torch.accelerator.max_memory_allocated(device)
+    _free, total = torch.accelerator.get_memory_info(device)
+    return {"scope": f"{device} (per core)", "peak_bytes": peak, "capacity_bytes": total,
+            "peak_fraction": peak / total if total else None}

@@ -1,0 +1,86 @@
+"""The report's figures, drawn with matplotlib and embedded as base64 PNG (works offline)."""
+from __future__ import annotations
+
+import base64
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+COLORS = {"eager": "#1f77b4", "compile": "#ff7f0e", "cpu": "#7f7f7f", "device": "#d62728"}
+
+
+def _png(fig) -> str:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=96)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def latency(generation: dict) -> str | None:
+    """Histograms of steady-state TTFT and per-token latency, one colour per mode."""
+    if not generation:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for ax, key, title in ((axes[0], "ttft_samples", "time to first token"),
+                           (axes[1], "per_token_samples", "per-token latency")):
+        for mode, data in generation.items():
+            values = [v * 1e3 for shape in data["shapes"].values() for v in shape[key]]
+            if values:
+                ax.hist(values, bins=20, alpha=0.6, label=mode, color=COLORS.get(mode))
+        ax.set_title(title)
+        ax.set_xlabel("ms")
+        ax.set_ylabel("requests" if key == "ttft_samples" else "tokens")
+        ax.legend()
+    return _png(fig)
+
+
+def loss_curves(finetune: dict) -> str | None:
+    if not finetune or not finetune.get("device_loss"):
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    steps = range(1, len(finetune["cpu_loss"]) + 1)
+    ax.plot(steps, finetune["cpu_loss"], "o-", color=COLORS["cpu"], label="CPU reference")
+    ax.plot(steps, finetune["device_loss"], "x--", color=COLORS["device"], label="device")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title("fine-tune loss")
+    ax.legend()
+    return _png(fig)
+
+
+def layer_errors(errors: list[float] | None) -> str | None:
+    if not errors:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    ax.bar(range(len(errors)), [max(e, 1e-12) for e in errors], color=COLORS["eager"])
+    ax.set_xticks(range(len(errors)))
+    ax.set_yscale("log")
+    ax.set_xlabel("decoder layer")
+    ax.set_ylabel("max |device − CPU|")
+    ax.set_title("error per layer (eager, floor 1e-12)")
+    return _png(fig)
+
+
+def compile_vs_run(modes: dict) -> str | None:
+    """Cold (compiling) first call vs steady-state call, per mode and shape."""
+    bars = [(f"{mode}\nseq={length}", shape["cold"]["seconds"], shape["warm"]["seconds"])
+            for mode, entry in modes.items() for length, shape in entry.get("shapes", {}).items()]
+    if not bars:
+        return None
+    fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(bars)), 3.4))
+    x = range(len(bars))
+    ax.bar([i - 0.2 for i in x], [b[1] for b in bars], width=0.4, label="first call (cold, compiles)",
+           color=COLORS["compile"])
+    ax.bar([i + 0.2 for i in x], [b[2] for b in bars], width=0.4, label="second call (steady state)",
+           color=COLORS["eager"])
+    ax.set_xticks(list(x), [b[0] for b in bars])
+    ax.set_ylabel("seconds")
+    ax.set_title("compile vs run time (forward pass)")
+    ax.legend()
+    return _png(fig)
