@@ -97,7 +97,8 @@ def _combine(directories: list[Path]) -> tuple[list[dict], dict]:
     results = [result for run in runs for result in run["raw"]]
     metas = [run["meta"] for run in runs]
     meta = dict(metas[0])
-    meta.update(date=" + ".join(m["date"] for m in metas), wall_s=max(m["wall_s"] for m in metas),
+    meta.update(date=" + ".join(m["date"] for m in metas), repeats=" + ".join(str(m["repeats"]) for m in metas),
+                wall_s=max(m["wall_s"] for m in metas),
                 versions=_versions(results), load_start="; ".join(m["load_start"] for m in metas),
                 load_end="; ".join(m["load_end"] for m in metas),
                 combined_from=[str(d) for d in directories])

@@ -19,7 +19,6 @@ class Adapter:
     """Native CPU eager: the physical limit for an emulator whose kernels run on the host."""
 
     device = torch.device("cpu")
-    compiled = False
 
     def place(self, model):
         return model.to(self.device)
@@ -45,7 +44,6 @@ class Adapter:
 class DynamoCounting(Adapter):
     """Counts graphs Dynamo compiled (shared by Inductor and the neuron compile backend)."""
 
-    compiled = True
     backend = "inductor"
 
     def compile(self, model):

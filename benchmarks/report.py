@@ -11,7 +11,7 @@ import platform
 import statistics
 from dataclasses import dataclass
 
-from .backends import BY_NAME
+from .backends import BY_NAME, EAGER_WORKLOADS
 
 ROW_FIELDS = ("backend", "workload", "metric", "unit", "median", "min", "max", "n", "status", "reason")
 _UNITS = {"_ms": "ms", "_us": "µs", "_mb": "MiB", "per_s": "1/s", "_s": "s", "compilations": "count"}
@@ -172,10 +172,14 @@ def markdown(rows: list[dict], targets: list[dict], meta: dict, results: list[di
             continue
         met = "" if t["met"] is None else ("yes" if t["met"] else "**no**")
         lines.append(f"| {t['label']} | {t['ratio']:.2f}× | {t['low']:.2f}–{t['high']:.2f} | {_limit(t)} | {met} |")
-    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    present = {r["backend"] for r in rows}
+    backends = [b for b in BY_NAME if b in present]
     by_cell = {(r["backend"], r["workload"], r["metric"]): r for r in rows}
     status = {(r["backend"], r["workload"]): r for r in rows if r["status"] != "ok"}
-    for workload in dict.fromkeys(r["workload"] for r in rows):
+    workloads = {r["workload"] for r in rows}
+    for workload in [*EAGER_WORKLOADS, *sorted(workloads - set(EAGER_WORKLOADS))]:
+        if workload not in workloads:
+            continue
         metrics = list(dict.fromkeys(r["metric"] for r in rows if r["workload"] == workload and r["metric"]))
         lines += ["", f"## {workload}", "",
                   "| metric | " + " | ".join(BY_NAME[b].label if b in BY_NAME else b for b in backends) + " |",

@@ -7,7 +7,7 @@ sequence length, so the whole run needs exactly two graphs: one prefill, one
 decode step. The script prints first-token latency, per-token latency,
 tokens/s and the compilation counts of ``torch.neuron.get_dynamo_metrics()``.
 
-Here (emulated cores, a tiny Qwen3 built from its config)::
+Here (emulated cores, a one-layer tiny Qwen3 built from its config)::
 
     python examples/inference_static_cache.py
 
@@ -22,14 +22,11 @@ import argparse
 import time
 
 import torch
-from transformers import AutoModelForCausalLM, StaticCache
-from transformers.generation.streamers import BaseStreamer
-
-from tiny_models import tiny_qwen3
 
 
-class TokenClock(BaseStreamer):
-    """Records when ``generate`` emits each token (the first ``put`` is the prompt)."""
+class TokenClock:
+    """A ``generate`` streamer that records when each token is emitted (the
+    first ``put`` is the prompt)."""
 
     def __init__(self):
         self.stamps: list[float] = []
@@ -43,6 +40,8 @@ class TokenClock(BaseStreamer):
 
 def run(model, prompt_ids, max_seq_len: int, max_new_tokens: int, compile_forward: bool):
     """One ``generate`` call; returns the tokens and the token timestamps."""
+    from transformers import StaticCache
+
     cache = StaticCache(config=model.config, max_cache_len=max_seq_len)
     clock = TokenClock()
     start = time.perf_counter()
@@ -83,12 +82,16 @@ def main(argv=None):
     if args.prompt_len + args.max_new_tokens > args.max_seq_len:
         parser.error("--prompt-len + --max-new-tokens must fit in --max-seq-len")
 
+    from transformers import AutoModelForCausalLM
+
+    from tiny_models import tiny_qwen3
+
     torch._dynamo.config.automatic_dynamic_shapes = False
     dtype = getattr(torch, args.dtype)
     if args.model:
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype, device_map="neuron")
     else:
-        model = tiny_qwen3().to(device="neuron", dtype=dtype)
+        model = tiny_qwen3(num_hidden_layers=1).to(device="neuron", dtype=dtype)
     model.eval()
     vocab = model.config.vocab_size
     prompt = torch.randint(3, vocab, (args.batch, args.prompt_len), generator=torch.Generator().manual_seed(0))
@@ -104,7 +107,8 @@ def main(argv=None):
               f"recompiles +{metrics['recompilations']}, compile {metrics['compile_seconds']:.1f} s, "
               f"executions {metrics['executions']}")
         outputs.append(out)
-    assert all(torch.equal(o, outputs[0]) for o in outputs), "runs disagree"
+    if not all(torch.equal(o, outputs[0]) for o in outputs):
+        raise SystemExit("the runs generated different tokens")
     print("tokens:", outputs[0][0, args.prompt_len:].tolist())
     return outputs[0]
 

@@ -14,9 +14,15 @@ import torch_neuronx
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
+    """Fresh Dynamo state and metrics; the backend's static-shape switch does not leak to other tests."""
+    config = torch._dynamo.config
     torch._dynamo.reset()
     torch_neuronx.reset_dynamo_metrics()
-    yield
+    with config.patch(
+        automatic_dynamic_shapes=config.automatic_dynamic_shapes,
+        assume_static_by_default=config.assume_static_by_default,
+    ):
+        yield
     torch._dynamo.reset()
 
 

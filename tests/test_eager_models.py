@@ -106,3 +106,16 @@ def test_tiny_llama_forward_backward_generate_matches_cpu():
         torch.testing.assert_close(g_dev[n], g_cpu[n], atol=1e-5, rtol=1e-4, msg=n)
     assert torch.equal(gen_dev, gen_cpu)
     assert gen_dev.shape == (2, 13)
+
+
+@pytest.mark.parametrize("fn", [torch.sgn, torch.sign, torch.round, torch.floor])
+def test_zero_gradients_are_real_device_tensors(fn):
+    # These backward formulas return autograd's storage-less "efficient zero
+    # tensors"; on neuron they must arrive as real zeros (reading one used to
+    # crash the process).
+    x = torch.randn(20, 20, device="neuron", requires_grad=True)
+    (grad,) = torch.autograd.grad(fn(x).sum(), [x])
+    assert grad.device == x.device
+    torch.testing.assert_close(grad.cpu(), torch.zeros(20, 20))
+    (grad,) = torch.autograd.grad((fn(x) * 3 + x).sum(), [x])
+    torch.testing.assert_close(grad.cpu(), torch.ones(20, 20))

@@ -14,8 +14,8 @@ the pass rate is computed.
 from __future__ import annotations
 
 import json
-import os
 
+import pytest
 import torch
 import torch_neuronx  # noqa: F401  (registers the backend before common_device_type)
 from torch.testing._internal.common_device_type import (
@@ -56,9 +56,42 @@ FAST_OPS = frozenset({
     "arange", "full", "zeros_like", "randn", "bernoulli",
 })
 
-# Ops that fail on neuron for a reason we accept; each failure is asserted
-# (an unexpected pass fails the test so the list stays honest).
-EXPECTED_FAILURES: dict[str, str] = {}
+# Ops that fail on neuron for a reason we accept, keyed by (name, variant);
+# each failure is asserted (an unexpected pass fails the test, so the list
+# stays honest).
+_REFUSES_CHANNELS_LAST = (
+    "a sample converts with memory_format=torch.channels_last, which the device "
+    "refuses as Trainium does (contiguous/preserve only, see docs/fidelity.md)"
+)
+EXPECTED_FAILURES: dict[tuple[str, str], str] = {
+    **{(name, ""): _REFUSES_CHANNELS_LAST for name in (
+        "bfloat16", "bool", "cdouble", "cfloat", "chalf", "double", "float", "half", "to")},
+    **{(name, ""): "sparse layouts have no neuron kernels; they raise a clear error"
+       for name in ("to_sparse", "sparse.sampled_addmm")},
+    ("tensor_split", ""): (
+        "the op requires its index tensor on the CPU, as on CUDA; the test moves every "
+        "sample tensor to the device"),
+    ("as_strided", "partial_views"): (
+        "as_strided addresses the storage directly; moving a partial-view sample with .to() "
+        "gives it a fresh storage, so the CPU and neuron samples address different bytes"),
+}
+# Failures of one dtype only, keyed by (name, variant, dtype).
+_NARROWED = (
+    "int64 values outside int32 (reduction sentinels such as iinfo(int64).min, overflowing "
+    "products) are narrowed as on Trainium, which has no 64-bit dtypes (TORCHNEURON_64BIT=narrow)")
+EXPECTED_DTYPE_FAILURES: dict[tuple[str, str, torch.dtype], str] = {
+    **{("nn.functional.max_unpool2d", variant, torch.float32): (
+        "with gradients on, PyTorch asks for a channels_last layout (suggest_memory_format) "
+        "on these samples, which the device refuses as Trainium does (docs/fidelity.md)")
+       for variant in ("", "grad")},
+    **{(name, "", torch.int64): _NARROWED for name in (
+        "masked.amax", "masked.amin", "masked.argmax", "masked.argmin", "masked.logsumexp",
+        "masked.prod", "unravel_index")},
+    **{("nn.functional.linear_cross_entropy", variant, torch.bfloat16): (
+        "the chunked bfloat16 loss differs from CPU by one or two bfloat16 ulps: an op on its "
+        "path runs a device-generic decomposition on neuron (not yet identified)")
+       for variant in ("chunked", "chunked_none")},
+}
 
 _ALL_OPS = env_flag("TORCHNEURON_FULL_OPINFO", False)
 _SELECTED = [op for op in op_db if _ALL_OPS or op.name in FAST_OPS]
@@ -91,7 +124,9 @@ def _run(op, sample, seed: int):
 
 
 def _grads(sample, result) -> list[torch.Tensor | None]:
-    outputs = _differentiable_outputs(result)
+    # output_process_fn_grad makes outputs well defined first (e.g. the phase
+    # of eigenvectors), as upstream's gradient tests do.
+    outputs = _differentiable_outputs(sample.output_process_fn_grad(result))
     inputs = _grad_inputs(sample)
     if not outputs or not inputs:
         return []
@@ -112,12 +147,13 @@ class TestCommon(TestCase):
 
     @ops(_SELECTED, allowed_dtypes=DTYPES)
     def test_compare_cpu(self, device, dtype, op):
-        expected_failure = EXPECTED_FAILURES.get(op.name)
+        expected_failure = EXPECTED_FAILURES.get((op.name, op.variant_test_name)) or \
+            EXPECTED_DTYPE_FAILURES.get((op.name, op.variant_test_name, dtype))
         try:
             self._compare_all_samples(device, dtype, op)
         except Exception:
             if expected_failure:
-                self.skipTest(f"expected failure: {expected_failure}")
+                pytest.xfail(expected_failure)
             raise
         if expected_failure:
             raise AssertionError(

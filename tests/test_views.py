@@ -151,3 +151,23 @@ def test_sparse_is_a_clear_error():
     dense = torch.eye(3, device="neuron")
     with pytest.raises((RuntimeError, NotImplementedError), match="(?i)sparse|neuron|PrivateUse1"):
         dense.to_sparse()
+
+
+def test_out_argument_given_new_memory_by_the_kernel():
+    # LAPACK-backed kernels set_ their out= results to padded column-major
+    # buffers; the neuron tensor must get memory for the whole layout
+    # (this used to corrupt the heap in linalg.lstsq's backward).
+    torch.manual_seed(0)
+    a, b = torch.randn(6, 3), torch.randn(6, 2)
+    results = []
+    for device in ("cpu", "neuron"):
+        ad, bd = (t.detach().to(device).requires_grad_() for t in (a, b))
+        sol = torch.linalg.lstsq(ad, bd, driver="gels").solution
+        sol.pow(2).sum().backward()
+        results.append([t.detach().cpu() for t in (sol, ad.grad, bd.grad)])
+    for x, y in zip(*results):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4)
+    out = torch.empty(0, device="neuron")
+    q = torch.randn(5, 5)
+    torch.linalg.inv(q.to("neuron"), out=out)
+    torch.testing.assert_close(out.cpu(), torch.linalg.inv(q))

@@ -74,16 +74,17 @@ def test_save_state_load_state_round_trip(tmp_path):
 
 
 @pytest.mark.slow
-def test_multiprocess_picks_multi_neuron():
-    """``accelerate launch`` (torchrun underneath), two processes: each gets MULTI_NEURON, the ``neuron`` process group, its own
-    core (``neuron:LOCAL_RANK``), a correct gather, and identical DDP weights."""
+def test_multiprocess_picks_multi_neuron(tmp_path):
+    """``accelerate launch`` (torchrun underneath), two processes: each gets
+    MULTI_NEURON, the ``neuron`` process group, its own core (``neuron:LOCAL_RANK``),
+    a correct gather, and identical DDP weights."""
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--multi_gpu"]
-    proc = subprocess.run([*cmd, str(SCRIPTS / "accelerate_multiprocess.py")], capture_output=True, text=True,
-                          timeout=180, cwd=str(REPO), env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.run([*cmd, str(SCRIPTS / "accelerate_multiprocess.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=180, cwd=str(REPO),
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-5000:]
-    ranks = sorted((json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")),
-                   key=lambda r: r["rank"])
+    ranks = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2)]
     assert [r["rank"] for r in ranks] == [0, 1]
     for r in ranks:
         assert r["num_processes"] == 2

@@ -28,7 +28,7 @@ def test_inference_static_cache_example():
     assert compiled[0] >= 1 and compiled[1] == 0 and recompiles[1] == 0, stdout
     tokens = ast.literal_eval(stdout.split("tokens:")[1].strip().splitlines()[0])
 
-    model = tiny_models.tiny_qwen3().eval()
+    model = tiny_models.tiny_qwen3(num_hidden_layers=1).eval()
     prompt = torch.randint(3, model.config.vocab_size, (batch, prompt_len),
                            generator=torch.Generator().manual_seed(0))
     reference = model.generate(prompt, max_new_tokens=new, min_new_tokens=new, do_sample=False)

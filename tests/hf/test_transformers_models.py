@@ -65,19 +65,18 @@ def test_bf16_matches_cpu_bf16(family):
     assert torch.equal(dev.generate(ids.to("neuron"), **greedy).cpu(), cpu.generate(ids, **greedy))
 
 
-def test_generate_skips_allocator_warmup_on_neuron(tmp_path):
-    """``from_pretrained(device_map="neuron")`` must not reserve a warm-up block:
-    Transformers skips it for ``neuron`` (no reusable pool), so the only bytes
-    allocated are the weights themselves."""
+def test_from_pretrained_skips_allocator_warmup_on_neuron(tmp_path):
+    """Transformers skips its caching-allocator warm-up block for ``neuron`` (no
+    reusable pool): over the whole load the device allocates the weights once,
+    where a warm-up would first allocate (and free) a block as large again."""
     from transformers import AutoModelForCausalLM
 
     tiny_causal_lm("llama").save_pretrained(tmp_path)
-    torch.neuron.empty_cache()
-    before = torch.neuron.memory_allocated()
+    before = torch.neuron.memory_stats().get("allocated_bytes.all.allocated", 0)
     model = AutoModelForCausalLM.from_pretrained(tmp_path, device_map="neuron")
     weight_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    grown = torch.neuron.memory_allocated() - before
-    assert weight_bytes <= grown < 2 * weight_bytes + 2**20
+    allocated = torch.neuron.memory_stats()["allocated_bytes.all.allocated"] - before
+    assert weight_bytes <= allocated < 1.5 * weight_bytes
 
 
 @pytest.mark.parametrize("async_load", [True, False], ids=["threaded", "HF_DEACTIVATE_ASYNC_LOAD"])
@@ -118,7 +117,7 @@ def test_from_pretrained_wrong_device_index_is_a_clear_error(tmp_path):
 
     tiny_causal_lm("llama").save_pretrained(tmp_path)
     bad = torch.neuron.device_count()
-    with pytest.raises((RuntimeError, ValueError, AssertionError), match=r"neuron|device"):
+    with pytest.raises(RuntimeError, match=rf"Invalid neuron device index {bad}.*logical NeuronCore"):
         AutoModelForCausalLM.from_pretrained(tmp_path, device_map=f"neuron:{bad}")
 
 

@@ -17,6 +17,8 @@
 
 #include <c10/util/SmallVector.h>
 
+#include <cstring>
+
 namespace torch_neuronx {
 namespace {
 
@@ -131,6 +133,13 @@ at::Tensor to_neuron_result(
   if (!out.defined()) {
     return out;
   }
+  const auto index = state.device.value_or(current_device());
+  if (out._is_zerotensor()) {
+    // Autograd's efficient zero tensors (e.g. the gradient of sign/round)
+    // have no memory behind their shape: give the device real zeros.
+    c10::DeviceGuard guard(c10::Device(kNeuron, index));
+    return at::zeros(out.sizes(), out.options().device(kNeuron, index));
+  }
   auto* impl = out.unsafeGetTensorImpl();
   for (auto& [alias_impl, original] : state.by_tensor) {
     if (alias_impl == impl) {
@@ -162,7 +171,6 @@ at::Tensor to_neuron_result(
         out.sizes(), out.strides(), out.storage_offset());
     return view;
   }
-  const auto index = state.device.value_or(current_device());
   at::Tensor result;
   if (out.storage().use_count() > 1) {
     // Memory the kernel shares with something else: copy, never steal.
@@ -189,12 +197,18 @@ void sync_written_args(CallState& state) {
     const bool moved = alias.storage().unsafeGetStorageImpl() != w.alias_storage ||
         alias.storage().mutable_data() != w.alias_data;
     if (moved) {
-      // The kernel resized an out= argument: grow the neuron tensor and copy.
-      w.original.resize_(alias.sizes());
-      original->set_sizes_and_strides(alias.sizes(), alias.strides(), 0);
-      if (alias.numel() > 0) {
-        cpu_alias(w.original).copy_(alias);
+      // The kernel gave an out= argument new memory (resize, or set_ to a
+      // buffer it laid out itself, e.g. LAPACK's padded column-major
+      // results). Give the neuron tensor device memory of the same size and
+      // layout: the alias's strides and offset may reach beyond numel().
+      const auto& fresh = alias.storage();
+      c10::DeviceGuard guard(w.original.device());
+      c10::Storage storage(c10::Storage::use_byte_size_t(), fresh.nbytes(), allocator(),
+                           /*resizable=*/true);
+      if (fresh.nbytes() > 0) {
+        std::memcpy(storage.mutable_data(), fresh.data(), fresh.nbytes());
       }
+      w.original.set_(storage, alias.storage_offset(), alias.sizes(), alias.strides());
     } else if (alias.sizes() != w.original.sizes() ||
                alias.strides() != w.original.strides() ||
                alias.storage_offset() != w.original.storage_offset()) {

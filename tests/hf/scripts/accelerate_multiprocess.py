@@ -1,9 +1,11 @@
 """Worker for test_accelerate: run under ``accelerate launch`` / torchrun.
 
-Prints one JSON line per rank with what Accelerate chose and the result of a
-gather and a DDP step, which the test compares across ranks.
+Writes ``<out_dir>/rank<N>.json`` with what Accelerate chose and the result of
+a gather and a DDP step, which the test compares across ranks.
 """
 import json
+import sys
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -22,7 +24,7 @@ def main():
     accelerator.backward(model(x).sum())
     optim.step()
     weight = accelerator.unwrap_model(model).weight.detach().cpu()
-    print(json.dumps({
+    Path(sys.argv[1], f"rank{rank}.json").write_text(json.dumps({
         "rank": rank,
         "num_processes": accelerator.num_processes,
         "distributed_type": str(accelerator.distributed_type),
@@ -31,7 +33,7 @@ def main():
         "device": str(accelerator.device),
         "gathered": gathered.cpu().tolist(),
         "weight": weight.tolist(),
-    }), flush=True)
+    }))
     accelerator.end_training()
 
 
