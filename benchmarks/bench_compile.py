@@ -1,8 +1,8 @@
 """Benchmark of ``torch.compile(backend="neuron")`` (a measurement script, not a test).
 
-  python benchmarks/bench_compile.py steady      # compiled neuron vs CPU Inductor vs eager neuron
-  python benchmarks/bench_compile.py first-step  # cold vs warm persistent cache (two processes each)
-  python benchmarks/bench_compile.py varlen      # compile count, lengths 60-300, unpadded vs padded
+  python -m benchmarks.bench_compile steady      # compiled neuron vs CPU Inductor vs eager neuron
+  python -m benchmarks.bench_compile first-step  # cold vs warm persistent cache (two processes each)
+  python -m benchmarks.bench_compile varlen      # compile count, lengths 60-300, unpadded vs padded
 
 Model: Llama, hidden 256, 4 layers, vocab 4096, batch 4 x 128 (the issue's sizes).
 """
@@ -20,14 +20,9 @@ import torch
 
 
 def tiny_llama(device: str):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from benchmarks.model import FULL, build_model
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=4, vocab_size=4096, max_position_embeddings=512,
-    )
-    return LlamaForCausalLM(config).to(device)
+    return build_model(FULL).to(device)
 
 
 class Trainer:
@@ -88,7 +83,7 @@ def first_step() -> dict:
         env.pop("TORCHINDUCTOR_CACHE_DIR", None)
         results = {}
         for label in ("cold", "warm"):
-            proc = subprocess.run([sys.executable, __file__, "_child"], env=env, check=True,
+            proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_compile", "_child"], env=env, check=True,
                                   capture_output=True, text=True)
             results[label] = json.loads(proc.stdout.strip().splitlines()[-1])
         return results
