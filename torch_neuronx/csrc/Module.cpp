@@ -29,5 +29,7 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(index)));
   });
+  m.def("_route_structured_ops_to_fallback", &route_structured_ops_to_fallback,
+        "Run CPU's functional kernels of structured ops directly (see NeuronFallback.cpp)");
   register_fidelity_bindings(m);
 }

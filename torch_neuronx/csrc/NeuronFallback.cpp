@@ -344,6 +344,39 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_fallback>());
 }
 
+// Structured ops (add, mul, ...) reach a device without its own kernel through
+// PyTorch's CompositeExplicitAutogradNonFunctional wrapper: it allocates the
+// result on the device, then runs the `out=` kernel, so the fallback pays for
+// an extra allocation, an extra alias and an out= sync. Routing such ops
+// straight to the fallback runs CPU's functional/in-place kernel instead, whose
+// result is adopted. Called once from Python after every other registration;
+// ops that already have a neuron kernel keep it.
+int64_t route_structured_ops_to_fallback() {
+  static auto* library = new torch::Library(
+      torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  int64_t routed = 0;
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) {
+      continue;
+    }
+    auto op = dispatcher.findOp(name);
+    if (!op ||
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+      continue;
+    }
+    const std::string qualified = name.overload_name.empty()
+        ? name.name
+        : name.name + "." + name.overload_name;
+    library->impl(qualified.c_str(),
+                  torch::CppFunction::makeFromBoxedFunction<&neuron_fallback>());
+    ++routed;
+  }
+  return routed;
+}
+
 } // namespace torch_neuronx
 
 namespace torch_neuronx {

@@ -59,6 +59,10 @@ at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index);
 // ---- generators (NeuronHooks.cpp) ------------------------------------------
 const at::Generator& default_generator(c10::DeviceIndex index);
 
+// ---- eager routing (NeuronFallback.cpp) ------------------------------------
+// Sends structured ops straight to the fallback; returns how many were routed.
+int64_t route_structured_ops_to_fallback();
+
 // ---- fidelity hooks used by the fallback (NeuronFidelity.cpp) -------------
 // Called once per executed kernel when accounting is on.
 void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& args);
