@@ -276,3 +276,24 @@ def test_item_and_printing():
     assert t[1].item() == 2.5
     assert "device='neuron:0'" in repr(t)
     assert bool((t > 2).any())
+
+
+def test_module_to_keeps_tied_parameters_tied():
+    """Tied embeddings must stay one tensor on the device, as on CUDA."""
+    model = torch.nn.Module()
+    model.embed = torch.nn.Embedding(16, 8)
+    model.head = torch.nn.Linear(8, 16, bias=False)
+    model.head.weight = model.embed.weight
+    model.to("neuron")
+    assert model.head.weight is model.embed.weight
+    assert model.embed.weight.device.type == "neuron"
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.float32])
+def test_histc_matches_cpu_for_integer_and_float_inputs(dtype):
+    """Transformers' MoE routing counts integer expert ids with histc."""
+    cpu = torch.randint(0, 8, (64,)).to(dtype)
+    out = torch.histc(cpu.to("neuron"), bins=8, min=0, max=7)
+    expected = torch.histc(cpu.double(), bins=8, min=0, max=7).to(dtype)
+    assert out.device.type == "neuron" and out.dtype == dtype
+    torch.testing.assert_close(out.cpu(), expected)

@@ -43,10 +43,6 @@ def _register() -> None:
     from . import amp
 
     amp.install()
-    # Added for issue 7 (pilot/coverage): tied weights survive .to("neuron"); int histc for MoE.
-    from .neuron import hf_kernels
-
-    hf_kernels.install()
     from .compile import cache as compile_cache
 
     compile_cache.install()

@@ -137,6 +137,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
 // Host-side waits are no-ops: kernels are synchronous.
 void record_stream(at::Tensor&, c10::Stream) {}
 
+// Module.to() keeps tied parameters (embeddings = LM head) tied only when the
+// two tensors are "shallow-copy compatible"; c10 lists built-in backends
+// only, so neuron must say that its dense tensors and CPU's are.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided &&
+        (t.device().is_cpu() || t.device().type() == kNeuron);
+  };
+  return dense(self) && dense(from);
+}
+
+// Transformers' MoE layers count tokens per expert with histc on an integer
+// tensor on every non-CPU device (CUDA accepts it); the CPU kernel takes only
+// floating point, so integers are counted in float64 (exact for any count).
+at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min,
+                 const at::Scalar& max) {
+  const at::Tensor alias = cpu_alias(self);
+  at::Tensor counts = self.is_floating_point()
+      ? at::histc(alias, bins, min, max)
+      : at::histc(alias.to(at::kDouble), bins, min, max).to(self.scalar_type());
+  return adopt_cpu_tensor(counts, self.device().index());
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -158,6 +181,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_overrideable", convolution_overrideable);
   m.impl("convolution_backward_overrideable", convolution_backward_overrideable);
   m.impl("record_stream", record_stream);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+  m.impl("histc", histc);
 }
 
 // conj/neg bits travel into _copy_from on the alias instead of being
