@@ -19,6 +19,7 @@ def _autoload() -> None:
 import torch  # noqa: E402
 
 from . import _C  # noqa: E402
+from .runtime import config as _config
 from .runtime import profiles as _profiles
 
 __version__ = "0.1.0"
@@ -28,6 +29,7 @@ from .compile import get_dynamo_metrics, reset_dynamo_metrics  # noqa: E402,F401
 
 def _register() -> None:
     topology = _profiles.resolve_topology()
+    _C._set_fused_attention(_config.env_flag("TORCH_NEURONX_ENABLE_NKI_SDPA", True))
     _C._configure_devices(topology.device_count, topology.hbm_per_core)
     if topology.device_count:
         _C._set_default_device(topology.default_device)

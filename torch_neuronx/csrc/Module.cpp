@@ -31,5 +31,9 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_route_structured_ops_to_fallback", &route_structured_ops_to_fallback,
         "Run CPU's functional kernels of structured ops directly (see NeuronFallback.cpp)");
+  m.def("_fast_path_ops", &fast_path_ops,
+        "Ops that run through the unboxed fast path (see NeuronFastPath.cpp)");
+  m.def("_set_fused_attention", &set_fused_attention,
+        "TORCH_NEURONX_ENABLE_NKI_SDPA: fused flash attention when possible (see NeuronAttention.cpp)");
   register_fidelity_bindings(m);
 }

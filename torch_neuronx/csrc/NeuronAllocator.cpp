@@ -25,10 +25,27 @@ using c10::CachingAllocator::StatType;
 
 constexpr size_t kSmallPoolLimit = 1 << 20; // the real allocator's small pool
 
+// Without a cache every allocation is its own segment, always active, and
+// reserved == allocated == requested: one byte stat and one block stat per
+// pool say everything, and DeviceStats is filled from them when asked.
 struct CoreMemory {
   std::mutex mutex;
   int64_t capacity = 0;
-  DeviceStats stats;
+  c10::CachingAllocator::StatArray bytes;
+  c10::CachingAllocator::StatArray blocks;
+  int64_t num_ooms = 0;
+  int64_t num_device_alloc = 0;
+  int64_t num_device_free = 0;
+
+  DeviceStats snapshot() const {
+    DeviceStats s;
+    s.allocated_bytes = s.reserved_bytes = s.active_bytes = s.requested_bytes = bytes;
+    s.allocation = s.segment = s.active = blocks;
+    s.num_ooms = num_ooms;
+    s.num_device_alloc = num_device_alloc;
+    s.num_device_free = num_device_free;
+    return s;
+  }
 };
 
 // Per-allocation bookkeeping carried in the DataPtr context.
@@ -63,9 +80,9 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     mark_runtime_initialized();
     auto& mem = core(index);
     std::lock_guard<std::mutex> lock(mem.mutex);
-    auto& allocated = mem.stats.allocated_bytes[0].current;
+    const auto allocated = mem.bytes[0].current;
     if (allocated + static_cast<int64_t>(bytes) > mem.capacity) {
-      mem.stats.num_ooms += 1;
+      mem.num_ooms += 1;
       TORCH_CHECK_WITH(
           OutOfMemoryError, false,
           "Neuron out of memory on neuron:", static_cast<int>(index),
@@ -76,13 +93,13 @@ class NeuronAllocator final : public c10::DeviceAllocator {
           "shard the model over more cores, or pick a larger instance profile "
           "(TORCHNEURON_INSTANCE).");
     }
-    update(mem.stats, bytes, /*increase=*/true);
+    update(mem, bytes, /*increase=*/true);
   }
 
   void uncharge(c10::DeviceIndex index, size_t bytes) {
     auto& mem = *cores_.at(index);
     std::lock_guard<std::mutex> lock(mem.mutex);
-    update(mem.stats, bytes, /*increase=*/false);
+    update(mem, bytes, /*increase=*/false);
   }
 
   static void release(void* ctx) {
@@ -132,26 +149,26 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   DeviceStats getDeviceStats(c10::DeviceIndex index) override {
     auto& mem = core(index);
     std::lock_guard<std::mutex> lock(mem.mutex);
-    return mem.stats;
+    return mem.snapshot();
   }
 
   void resetAccumulatedStats(c10::DeviceIndex index) override {
     auto& mem = core(index);
     std::lock_guard<std::mutex> lock(mem.mutex);
-    for (auto* array : stat_arrays(mem.stats)) {
+    for (auto* array : {&mem.bytes, &mem.blocks}) {
       for (auto& stat : *array) {
         stat.reset_accumulated();
       }
     }
-    mem.stats.num_ooms = 0;
-    mem.stats.num_device_alloc = 0;
-    mem.stats.num_device_free = 0;
+    mem.num_ooms = 0;
+    mem.num_device_alloc = 0;
+    mem.num_device_free = 0;
   }
 
   void resetPeakStats(c10::DeviceIndex index) override {
     auto& mem = core(index);
     std::lock_guard<std::mutex> lock(mem.mutex);
-    for (auto* array : stat_arrays(mem.stats)) {
+    for (auto* array : {&mem.bytes, &mem.blocks}) {
       for (auto& stat : *array) {
         stat.reset_peak();
       }
@@ -161,7 +178,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex index) override {
     auto& mem = core(index);
     std::lock_guard<std::mutex> lock(mem.mutex);
-    const auto used = mem.stats.allocated_bytes[0].current;
+    const auto used = mem.bytes[0].current;
     return {static_cast<size_t>(mem.capacity - used),
             static_cast<size_t>(mem.capacity)};
   }
@@ -173,29 +190,19 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   }
 
  private:
-  static std::array<c10::CachingAllocator::StatArray*, 7> stat_arrays(
-      DeviceStats& s) {
-    return {&s.allocation, &s.segment, &s.active, &s.allocated_bytes,
-            &s.reserved_bytes, &s.active_bytes, &s.requested_bytes};
-  }
-
-  // Without a cache every allocation is its own segment, always active.
-  static void update(DeviceStats& s, size_t bytes, bool increase) {
+  static void update(CoreMemory& mem, size_t bytes, bool increase) {
     const size_t pool = static_cast<size_t>(
         bytes < kSmallPoolLimit ? StatType::SMALL_POOL : StatType::LARGE_POOL);
-    auto apply = [&](c10::CachingAllocator::StatArray& array, size_t amount) {
-      for (size_t i : {static_cast<size_t>(StatType::AGGREGATE), pool}) {
-        increase ? array[i].increase(amount) : array[i].decrease(amount);
+    for (size_t i : {static_cast<size_t>(StatType::AGGREGATE), pool}) {
+      if (increase) {
+        mem.bytes[i].increase(bytes);
+        mem.blocks[i].increase(1);
+      } else {
+        mem.bytes[i].decrease(bytes);
+        mem.blocks[i].decrease(1);
       }
-    };
-    for (auto* array : {&s.allocated_bytes, &s.reserved_bytes,
-                        &s.active_bytes, &s.requested_bytes}) {
-      apply(*array, bytes);
     }
-    for (auto* array : {&s.allocation, &s.segment, &s.active}) {
-      apply(*array, 1);
-    }
-    increase ? ++s.num_device_alloc : ++s.num_device_free;
+    increase ? ++mem.num_device_alloc : ++mem.num_device_free;
   }
 
   std::mutex config_mutex_;

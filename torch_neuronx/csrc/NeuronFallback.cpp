@@ -9,7 +9,7 @@
 //   * fresh memory allocated by the CPU kernel   -> adopted as neuron memory
 // so aliasing, in-place updates through views and autograd's version
 // counters behave exactly as PyTorch expects, with no per-op copies.
-#include "NeuronRuntime.h"
+#include "NeuronCall.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -17,54 +17,8 @@
 
 #include <c10/util/SmallVector.h>
 
-#include <cstring>
-
 namespace torch_neuronx {
 namespace {
-
-// What the fallback changed in one argument slot, to undo or sync afterwards.
-struct WrittenArg {
-  at::Tensor original; // the neuron tensor the caller passed
-  at::Tensor alias;    // the CPU alias the kernel saw
-  c10::StorageImpl* alias_storage;
-  void* alias_data;
-};
-
-struct CallState {
-  std::optional<c10::DeviceIndex> device;
-  std::optional<c10::Device> other_device; // first conflicting device seen
-  // alias TensorImpl / StorageImpl -> the neuron tensor it stands for
-  // Inline storage: most ops have a handful of tensor arguments, and the
-  // hot path should not touch the heap for bookkeeping.
-  c10::SmallVector<std::pair<c10::TensorImpl*, at::Tensor>, 4> by_tensor;
-  c10::SmallVector<std::pair<c10::StorageImpl*, at::Tensor>, 4> by_storage;
-  c10::SmallVector<WrittenArg, 2> written;
-  at::Generator neuron_generator;
-
-  void note_device(c10::Device d) {
-    if (!device) {
-      device = d.index();
-    } else if (*device != d.index() && !other_device) {
-      other_device = d;
-    }
-  }
-
-  at::Tensor alias(const at::Tensor& t, bool is_write) {
-    note_device(t.device());
-    at::Tensor a = cpu_alias(t);
-    by_tensor.emplace_back(a.unsafeGetTensorImpl(), t);
-    by_storage.emplace_back(a.storage().unsafeGetStorageImpl(), t);
-    if (is_write) {
-      written.push_back({t, a, a.storage().unsafeGetStorageImpl(),
-                         a.storage().mutable_data()});
-    }
-    return a;
-  }
-};
-
-bool is_cpu_nonscalar(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.dim() > 0;
-}
 
 bool is_generator_arg(const c10::Argument& arg) {
   const auto& type = arg.type();
@@ -97,6 +51,14 @@ void copy_generator_state(at::CPUGeneratorImpl& from, at::CPUGeneratorImpl& to) 
 // (Its mutex cannot be held across the kernel, which locks it itself.)
 class BorrowedDefaultGenerator {
  public:
+  // Where the CPU generator's own state waits during a borrow: one per
+  // thread, since constructing a generator (a Mersenne Twister state) on
+  // every call costs more than many kernels.
+  static at::CPUGeneratorImpl& saved_state() {
+    thread_local at::CPUGeneratorImpl saved;
+    return saved;
+  }
+
   explicit BorrowedDefaultGenerator(at::CPUGeneratorImpl* neuron)
       : neuron_(neuron),
         cpu_(at::detail::getDefaultCPUGenerator().get<at::CPUGeneratorImpl>()) {
@@ -113,113 +75,8 @@ class BorrowedDefaultGenerator {
  private:
   at::CPUGeneratorImpl* neuron_;
   at::CPUGeneratorImpl* cpu_;
-  at::CPUGeneratorImpl saved_;
+  at::CPUGeneratorImpl& saved_ = saved_state();
 };
-
-using AdoptedList = c10::SmallVector<std::pair<c10::StorageImpl*, at::Tensor>, 2>;
-
-// Only int64/float64 values can need narrowing; checking the dtype first
-// spares every other result an alias.
-bool needs_narrowing(const at::Tensor& t) {
-  const auto dtype = t.scalar_type();
-  return (dtype == at::kLong || dtype == at::kDouble) && narrowing_mode() != 0;
-}
-
-// Map one returned CPU tensor back to the device.
-at::Tensor to_neuron_result(
-    const at::Tensor& out,
-    CallState& state,
-    AdoptedList& adopted) {
-  if (!out.defined()) {
-    return out;
-  }
-  const auto index = state.device.value_or(current_device());
-  if (out._is_zerotensor()) {
-    // Autograd's efficient zero tensors (e.g. the gradient of sign/round)
-    // have no memory behind their shape: give the device real zeros.
-    c10::DeviceGuard guard(c10::Device(kNeuron, index));
-    return at::zeros(out.sizes(), out.options().device(kNeuron, index));
-  }
-  auto* impl = out.unsafeGetTensorImpl();
-  for (auto& [alias_impl, original] : state.by_tensor) {
-    if (alias_impl == impl) {
-      return original;
-    }
-  }
-  auto* storage = out.storage().unsafeGetStorageImpl();
-  const at::Tensor* base = nullptr;
-  for (auto& [alias_storage, original] : state.by_storage) {
-    if (alias_storage == storage) {
-      base = &original;
-      break;
-    }
-  }
-  if (base == nullptr) {
-    for (auto& [adopted_storage, neuron] : adopted) {
-      if (adopted_storage == storage) {
-        base = &neuron;
-        break;
-      }
-    }
-  }
-  if (base != nullptr) {
-    // A view of memory that already lives on the device.
-    auto view = at::detail::make_tensor<c10::TensorImpl>(
-        c10::Storage(base->storage()),
-        c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), out.dtype());
-    view.unsafeGetTensorImpl()->set_sizes_and_strides(
-        out.sizes(), out.strides(), out.storage_offset());
-    return view;
-  }
-  at::Tensor result;
-  if (out.storage().use_count() > 1) {
-    // Memory the kernel shares with something else: copy, never steal.
-    c10::DeviceGuard guard(c10::Device(kNeuron, index));
-    result = at::empty_strided(out.sizes(), out.strides(),
-                               out.options().device(kNeuron, index));
-    cpu_alias(result).copy_(out);
-  } else {
-    result = adopt_cpu_tensor(out, index);
-    adopted.emplace_back(storage, result);
-  }
-  if (needs_narrowing(result)) {
-    narrow_64bit_inplace(cpu_alias(result));
-  }
-  return result;
-}
-
-// After the kernel: make each written neuron argument reflect what the
-// kernel did to its alias (new size, new metadata).
-void sync_written_args(CallState& state) {
-  for (auto& w : state.written) {
-    auto& alias = w.alias;
-    auto* original = w.original.unsafeGetTensorImpl();
-    const bool moved = alias.storage().unsafeGetStorageImpl() != w.alias_storage ||
-        alias.storage().mutable_data() != w.alias_data;
-    if (moved) {
-      // The kernel gave an out= argument new memory (resize, or set_ to a
-      // buffer it laid out itself, e.g. LAPACK's padded column-major
-      // results). Give the neuron tensor device memory of the same size and
-      // layout: the alias's strides and offset may reach beyond numel().
-      const auto& fresh = alias.storage();
-      c10::DeviceGuard guard(w.original.device());
-      c10::Storage storage(c10::Storage::use_byte_size_t(), fresh.nbytes(), allocator(),
-                           /*resizable=*/true);
-      if (fresh.nbytes() > 0) {
-        std::memcpy(storage.mutable_data(), fresh.data(), fresh.nbytes());
-      }
-      w.original.set_(storage, alias.storage_offset(), alias.sizes(), alias.strides());
-    } else if (alias.sizes() != w.original.sizes() ||
-               alias.strides() != w.original.strides() ||
-               alias.storage_offset() != w.original.storage_offset()) {
-      original->set_sizes_and_strides(
-          alias.sizes(), alias.strides(), alias.storage_offset());
-    }
-    if (needs_narrowing(w.original)) {
-      narrow_64bit_inplace(cpu_alias(w.original));
-    }
-  }
-}
 
 void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
@@ -227,7 +84,10 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t num_args = arguments.size();
   const size_t begin = stack->size() - num_args;
   CallState state;
-  bool cpu_tensor_mixed = false;
+  // The caller's neuron tensors, taken out of the stack (moved, not copied)
+  // and kept alive until the results are mapped back.
+  c10::SmallVector<at::Tensor, 4> originals;
+  at::Generator neuron_generator;
   std::optional<size_t> generator_pos; // slot to receive the scratch generator
 
   for (size_t i = 0; i < num_args; ++i) {
@@ -235,11 +95,11 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const auto& arg = arguments[i];
     const bool is_write = arg.alias_info() != nullptr && arg.alias_info()->isWrite();
     if (value.isTensor()) {
-      const auto& t = value.toTensor();
-      if (t.defined() && t.device().type() == kNeuron) {
-        value = state.alias(t, is_write);
+      if (value.toTensor().defined() && value.toTensor().device().type() == kNeuron) {
+        originals.push_back(std::move(value).toTensor());
+        value = state.alias(originals.back(), is_write);
       } else {
-        cpu_tensor_mixed |= is_cpu_nonscalar(t);
+        state.note_other(value.toTensor());
       }
     } else if (value.isTensorList()) {
       auto list = value.toTensorList();
@@ -247,8 +107,9 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         at::Tensor t = list.get(j);
         if (t.defined() && t.device().type() == kNeuron) {
           list.set(j, state.alias(t, is_write));
+          originals.push_back(std::move(t));
         } else {
-          cpu_tensor_mixed |= is_cpu_nonscalar(t);
+          state.note_other(t);
         }
       }
     } else if (value.isList()) {
@@ -262,6 +123,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         if (element.isTensor() && element.toTensor().defined() &&
             element.toTensor().device().type() == kNeuron) {
           list.set(j, state.alias(element.toTensor(), is_write));
+          originals.push_back(std::move(element).toTensor());
         }
       }
     } else if (value.isDevice()) {
@@ -273,7 +135,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     } else if (value.isGenerator()) {
       auto gen = value.toGenerator();
       if (gen.device().type() == kNeuron) {
-        state.neuron_generator = gen;
+        neuron_generator = gen;
         generator_pos = begin + i;
       }
     } else if (value.isNone() && is_generator_arg(arg)) {
@@ -281,33 +143,28 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
 
-  TORCH_CHECK(
-      !state.other_device && !(cpu_tensor_mixed && state.device),
-      "Expected all tensors to be on the same device, but found at least two "
-      "devices, neuron:", static_cast<int>(state.device.value_or(0)), " and ",
-      state.other_device ? state.other_device->str() : std::string("cpu"),
-      "! (while running ", schema.operator_name(), " on the neuron device)");
+  state.check_devices(schema.operator_name());
 
   // Random ops draw from the core's own generator, as CUDA ops do.
   std::unique_lock<std::mutex> generator_lock;
   at::CPUGeneratorImpl* neuron_gen = nullptr;
   if (generator_pos) {
-    if (!state.neuron_generator.defined() && state.device) {
-      state.neuron_generator = default_generator(*state.device);
+    if (!neuron_generator.defined() && state.device()) {
+      neuron_generator = default_generator(*state.device());
     }
-    if (state.neuron_generator.defined()) {
-      neuron_gen = state.neuron_generator.get<at::CPUGeneratorImpl>();
-      generator_lock = std::unique_lock<std::mutex>(state.neuron_generator.mutex());
+    if (neuron_generator.defined()) {
+      neuron_gen = neuron_generator.get<at::CPUGeneratorImpl>();
+      generator_lock = std::unique_lock<std::mutex>(neuron_generator.mutex());
       copy_generator_state(*neuron_gen, *scratch_generator().get<at::CPUGeneratorImpl>());
       (*stack)[*generator_pos] = c10::IValue(scratch_generator());
     }
   }
 
   std::optional<BorrowedDefaultGenerator> borrowed_default;
-  if (!generator_pos && state.device && op.hasTag(at::Tag::nondeterministic_seeded)) {
-    state.neuron_generator = default_generator(*state.device);
-    generator_lock = std::unique_lock<std::mutex>(state.neuron_generator.mutex());
-    borrowed_default.emplace(state.neuron_generator.get<at::CPUGeneratorImpl>());
+  if (!generator_pos && state.device() && op.hasTag(at::Tag::nondeterministic_seeded)) {
+    neuron_generator = default_generator(*state.device());
+    generator_lock = std::unique_lock<std::mutex>(neuron_generator.mutex());
+    borrowed_default.emplace(neuron_generator.get<at::CPUGeneratorImpl>());
   }
 
   if (accounting_enabled()) {
@@ -320,19 +177,18 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (neuron_gen != nullptr) {
     copy_generator_state(*scratch_generator().get<at::CPUGeneratorImpl>(), *neuron_gen);
   }
-  sync_written_args(state);
+  state.sync_written_args();
 
   const size_t num_returns = schema.returns().size();
   const size_t rbegin = stack->size() - num_returns;
-  AdoptedList adopted;
   for (size_t i = rbegin; i < stack->size(); ++i) {
     auto& value = (*stack)[i];
     if (value.isTensor()) {
-      value = to_neuron_result(value.toTensor(), state, adopted);
+      value = state.to_neuron(value.toTensor());
     } else if (value.isTensorList()) {
       auto list = value.toTensorList();
       for (size_t j = 0; j < list.size(); ++j) {
-        list.set(j, to_neuron_result(list.get(j), state, adopted));
+        list.set(j, state.to_neuron(list.get(j)));
       }
     }
   }

@@ -19,7 +19,9 @@
 #include <torch/library.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <array>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -32,11 +34,13 @@ namespace py = pybind11;
 namespace torch_neuronx {
 namespace {
 
+// Entries are never erased (a reset zeroes them): threads keep pointers to
+// them in their repeat caches.
 struct OpCounts {
   std::string name;
   uint64_t name_hash = 0; // stable across processes, unlike the schema address
-  uint64_t calls = 0;
-  uint64_t signatures = 0;
+  std::atomic<uint64_t> calls{0};
+  uint64_t signatures = 0; // under g_mutex
 };
 
 std::atomic<bool> g_enabled{false};
@@ -45,8 +49,31 @@ std::atomic<uint64_t> g_salt{0};
 std::mutex g_mutex;
 std::unordered_set<uint64_t> g_seen;
 std::unordered_map<const void*, OpCounts> g_ops;
-uint64_t g_calls = 0;
-uint64_t g_repeats = 0;
+std::atomic<uint64_t> g_calls{0};
+std::atomic<uint64_t> g_repeats{0};
+// Bumped whenever seen signatures are forgotten or the salt changes: it
+// invalidates every thread's repeat cache.
+std::atomic<uint64_t> g_generation{1};
+
+// Repeats are the hot path (the same kernel every step): each thread
+// remembers signatures it has already seen counted, keyed by (op, arguments),
+// so a repeat costs a table probe and three relaxed increments instead of the
+// global lock and two hash-table lookups.
+struct RepeatCache {
+  static constexpr size_t kSlots = 1024;
+  uint64_t generation = 0;
+  std::array<std::pair<uint64_t, OpCounts*>, kSlots> slots{};
+
+  std::pair<uint64_t, OpCounts*>& slot(uint64_t key) {
+    const uint64_t current = g_generation.load(std::memory_order_acquire);
+    if (generation != current) {
+      slots.fill({0, nullptr});
+      generation = current;
+    }
+    return slots[key % kSlots];
+  }
+};
+thread_local RepeatCache t_repeats;
 py::object* g_callback = nullptr; // leaked on purpose: outlives interpreter teardown
 
 inline void mix(uint64_t& h, uint64_t v) {
@@ -132,39 +159,58 @@ void describe_value(std::ostream& os, const c10::IValue& v) {
   }
 }
 
-std::string describe(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  const size_t n = op.schema().arguments().size();
+} // namespace
+
+std::string describe_signature(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
   std::ostringstream os;
   os << op.schema().operator_name() << "(";
-  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
-    os << (i + n == stack.size() ? "" : ", ");
-    describe_value(os, stack[i]);
+  for (size_t i = 0; i < args.size(); ++i) {
+    os << (i == 0 ? "" : ", ");
+    describe_value(os, args[i]);
   }
   os << ")";
   return os.str();
 }
 
-} // namespace
-
 bool accounting_enabled() {
   return g_enabled.load(std::memory_order_relaxed);
 }
 
-void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+void mix_signature_int(uint64_t& h, int64_t v) {
+  mix(h, static_cast<uint64_t>(v));
+}
+
+void mix_signature_tensor(uint64_t& h, const at::Tensor& t) {
+  mix_tensor(h, t);
+}
+
+void mix_signature_value(uint64_t& h, const c10::IValue& v) {
+  mix_value(h, v);
+}
+
+void account_signature(
+    const c10::OperatorHandle& op,
+    uint64_t args_hash,
+    c10::function_ref<std::string()> describe_call) {
   const auto& schema = op.schema();
-  const size_t n = schema.arguments().size();
-  // Arguments are hashed outside the lock; the op's own hash is cached per
-  // schema so the hot path never formats a string.
-  uint64_t args = 0x51ed270b;
-  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
-    mix_value(args, stack[i]);
+  uint64_t repeat_key = args_hash;
+  mix(repeat_key, reinterpret_cast<uintptr_t>(&schema));
+  repeat_key |= 1; // 0 marks an empty slot
+  auto& cached = t_repeats.slot(repeat_key);
+  if (cached.first == repeat_key) {
+    g_calls.fetch_add(1, std::memory_order_relaxed);
+    g_repeats.fetch_add(1, std::memory_order_relaxed);
+    cached.second->calls.fetch_add(1, std::memory_order_relaxed);
+    return;
   }
+  // The op's own hash is cached per schema so the hot path never formats a
+  // string; the arguments were hashed by the caller, outside the lock.
   uint64_t h = g_salt.load(std::memory_order_relaxed);
   std::string name;
   py::object* callback = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    ++g_calls;
+    g_calls.fetch_add(1, std::memory_order_relaxed);
     auto [it, inserted] = g_ops.try_emplace(&schema);
     auto& counts = it->second;
     if (inserted) {
@@ -173,11 +219,12 @@ void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stac
       counts.name = os.str();
       counts.name_hash = std::hash<std::string>{}(counts.name);
     }
-    ++counts.calls;
+    counts.calls.fetch_add(1, std::memory_order_relaxed);
     mix(h, counts.name_hash);
-    mix(h, args);
+    mix(h, args_hash);
+    cached = {repeat_key, &counts};
     if (!g_seen.insert(h).second) {
-      ++g_repeats;
+      g_repeats.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     ++counts.signatures;
@@ -187,7 +234,7 @@ void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stac
     callback = g_callback;
     name = counts.name;
   }
-  const std::string text = describe(op, stack);
+  const std::string text = describe_call();
   std::ostringstream key;
   key << std::hex << std::setw(16) << std::setfill('0') << h;
   py::gil_scoped_acquire gil;
@@ -199,9 +246,46 @@ void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stac
   }
 }
 
+void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t n = op.schema().arguments().size();
+  const c10::ArrayRef<c10::IValue> args(stack.data() + stack.size() - n, n);
+  uint64_t args_hash = kSignatureSeed;
+  for (const auto& value : args) {
+    mix_value(args_hash, value);
+  }
+  account_signature(op, args_hash, [&] { return describe_signature(op, args); });
+}
+
 int narrowing_mode() {
   return g_narrowing.load(std::memory_order_relaxed);
 }
+
+namespace {
+
+// Whether any value of a contiguous int64/float64 tensor changes when kept
+// in 32 bits (NaN stays NaN, infinities stay infinite).
+bool changes_in_32_bits(const at::Tensor& t) {
+  const int64_t n = t.numel();
+  if (t.scalar_type() == at::kLong) {
+    const int64_t* values = t.const_data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (values[i] != static_cast<int32_t>(values[i])) {
+        return true;
+      }
+    }
+    return false;
+  }
+  const double* values = t.const_data_ptr<double>();
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = values[i];
+    if (static_cast<double>(static_cast<float>(v)) != v && !std::isnan(v)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+} // namespace
 
 void narrow_64bit_inplace(const at::Tensor& t) {
   const auto dtype = t.scalar_type();
@@ -210,7 +294,14 @@ void narrow_64bit_inplace(const at::Tensor& t) {
   }
   at::Tensor narrowed;
   bool changed;
-  if (dtype == at::kLong) {
+  if (t.is_contiguous()) {
+    // The common case, scanned directly: reductions and item() calls would
+    // cost more than most kernels whose results are checked here.
+    changed = changes_in_32_bits(t);
+    if (changed) {
+      narrowed = t.to(dtype == at::kLong ? at::kInt : at::kFloat);
+    }
+  } else if (dtype == at::kLong) {
     auto [lo, hi] = at::aminmax(t);
     changed = lo.item<int64_t>() < std::numeric_limits<int32_t>::min() ||
         hi.item<int64_t>() > std::numeric_limits<int32_t>::max();
@@ -292,6 +383,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 void register_fidelity_bindings(py::module& m) {
   m.def("_set_accounting", [](bool enabled, uint64_t salt) {
     g_salt = salt;
+    g_generation.fetch_add(1);
     g_enabled = enabled;
   });
   m.def("_set_signature_callback", [](py::object fn) {
@@ -309,11 +401,14 @@ void register_fidelity_bindings(py::module& m) {
     std::lock_guard<std::mutex> lock(g_mutex);
     py::dict ops;
     for (const auto& [key, counts] : g_ops) {
-      ops[py::str(counts.name)] = py::make_tuple(counts.calls, counts.signatures);
+      const uint64_t calls = counts.calls.load(std::memory_order_relaxed);
+      if (calls > 0) {
+        ops[py::str(counts.name)] = py::make_tuple(calls, counts.signatures);
+      }
     }
     py::dict out;
-    out["calls"] = g_calls;
-    out["repeats"] = g_repeats;
+    out["calls"] = g_calls.load();
+    out["repeats"] = g_repeats.load();
     out["signatures"] = g_seen.size();
     out["ops"] = ops;
     return out;
@@ -321,15 +416,20 @@ void register_fidelity_bindings(py::module& m) {
   m.def("_reset_accounting", []() {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_seen.clear();
-    g_ops.clear();
+    for (auto& [key, counts] : g_ops) {
+      counts.calls = 0;
+      counts.signatures = 0;
+    }
     g_calls = 0;
     g_repeats = 0;
+    g_generation.fetch_add(1);
   });
   // Forget which signatures were seen (counters stay): each one reaches the
   // callback again, which is how op tracking is re-armed after a clear.
   m.def("_forget_signatures", []() {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_seen.clear();
+    g_generation.fetch_add(1);
   });
   m.def("_set_narrowing_mode", [](int mode) {
     TORCH_CHECK(mode >= 0 && mode <= 2, "narrowing mode must be 0, 1 or 2");

@@ -10,6 +10,7 @@
 #include <ATen/core/stack.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Device.h>
+#include <c10/util/FunctionRef.h>
 
 #include <cstdint>
 #include <string>
@@ -62,10 +63,33 @@ const at::Generator& default_generator(c10::DeviceIndex index);
 // ---- eager routing (NeuronFallback.cpp) ------------------------------------
 // Sends structured ops straight to the fallback; returns how many were routed.
 int64_t route_structured_ops_to_fallback();
+// The ops with an unboxed fast-path kernel (NeuronFastPath.cpp).
+std::vector<std::string> fast_path_ops();
+
+// ---- attention (NeuronAttention.cpp) ---------------------------------------
+// TORCH_NEURONX_ENABLE_NKI_SDPA: SDPA runs as one fused flash kernel when the
+// inputs allow it (true), or always as the math decomposition (false).
+void set_fused_attention(bool enabled);
 
 // ---- fidelity hooks used by the fallback (NeuronFidelity.cpp) -------------
-// Called once per executed kernel when accounting is on.
+// Called once per executed kernel when accounting is on, with the boxed
+// arguments on top of the stack ...
 void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& args);
+// ... or, from unboxed kernels, with the arguments already hashed: start from
+// kSignatureSeed and mix each argument as the boxed path would (a tensor with
+// mix_signature_tensor, an int list element by element with
+// mix_signature_int, anything else as an IValue), so both paths give one
+// signature. `describe_call` runs only for a signature not seen before.
+constexpr uint64_t kSignatureSeed = 0x51ed270b;
+void mix_signature_int(uint64_t& h, int64_t v);
+void mix_signature_tensor(uint64_t& h, const at::Tensor& t);
+void mix_signature_value(uint64_t& h, const c10::IValue& v);
+void account_signature(
+    const c10::OperatorHandle& op,
+    uint64_t args_hash,
+    c10::function_ref<std::string()> describe_call);
+// The text of a signature, as the persistent cache records it.
+std::string describe_signature(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args);
 bool accounting_enabled();
 // 64-bit value semantics: 0 = off, 1 = narrow (warn once), 2 = strict (raise).
 int narrowing_mode();

@@ -1,0 +1,265 @@
+"""The unboxed fast path (csrc/NeuronFastPath.cpp) and the fused-SDPA choice
+(csrc/NeuronAttention.cpp), against the same computation on CPU."""
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import torch_neuronx
+
+aten = torch.ops.aten
+
+
+def _x():
+    return torch.randn(4, 6)
+
+
+def _y():
+    return torch.randn(4, 6)
+
+
+# One call per registered op: (inputs, function). Every output is compared
+# bit for bit with CPU: the fast path runs CPU's own kernel.
+CASES = {
+    "aten::add.Tensor": (lambda: (_x(), _y()), lambda x, y: torch.add(x, y, alpha=2)),
+    "aten::add_.Tensor": (lambda: (_x(), _y()), lambda x, y: x.add_(y)),
+    "aten::sub.Tensor": (lambda: (_x(), _y()), lambda x, y: x - y),
+    "aten::sub_.Tensor": (lambda: (_x(), _y()), lambda x, y: x.sub_(y, alpha=3)),
+    "aten::mul.Tensor": (lambda: (_x(), _y()), lambda x, y: x * y),
+    "aten::mul_.Tensor": (lambda: (_x(), _y()), lambda x, y: x.mul_(y)),
+    "aten::div.Tensor": (lambda: (_x(), _y()), lambda x, y: x / y),
+    "aten::div_.Tensor": (lambda: (_x(), _y()), lambda x, y: x.div_(y)),
+    "aten::pow.Tensor_Scalar": (lambda: (_x(),), lambda x: x.pow(3)),
+    "aten::neg": (lambda: (_x(),), torch.neg),
+    "aten::rsqrt": (lambda: (_x().abs() + 1,), torch.rsqrt),
+    "aten::sqrt": (lambda: (_x().abs(),), torch.sqrt),
+    "aten::exp": (lambda: (_x(),), torch.exp),
+    "aten::log": (lambda: (_x().abs() + 1,), torch.log),
+    "aten::sin": (lambda: (_x(),), torch.sin),
+    "aten::cos": (lambda: (_x(),), torch.cos),
+    "aten::tanh": (lambda: (_x(),), torch.tanh),
+    "aten::sigmoid": (lambda: (_x(),), torch.sigmoid),
+    "aten::silu": (lambda: (_x(),), F.silu),
+    "aten::silu_backward": (lambda: (_x(), _y()), lambda g, x: aten.silu_backward(g, x)),
+    "aten::relu": (lambda: (_x(),), torch.relu),
+    "aten::gelu": (lambda: (_x(),), lambda x: F.gelu(x, approximate="tanh")),
+    "aten::gelu_backward": (lambda: (_x(), _y()), lambda g, x: aten.gelu_backward(g, x)),
+    "aten::where.self": (lambda: (_x(), _y()), lambda x, y: torch.where(x > 0, x, y)),
+    "aten::masked_fill_.Scalar": (lambda: (_x(), _y()), lambda x, y: x.masked_fill_(y > 0, 1.5)),
+    "aten::fill_.Scalar": (lambda: (_x(),), lambda x: x.fill_(3.25)),
+    "aten::zero_": (lambda: (_x(),), lambda x: x.zero_()),
+    "aten::lerp_.Scalar": (lambda: (_x(), _y()), lambda x, y: x.lerp_(y, 0.3)),
+    "aten::addcmul_": (lambda: (_x(), _y()), lambda x, y: x.addcmul_(y, y, value=0.5)),
+    "aten::addcdiv_": (lambda: (_x(), _y()), lambda x, y: x.addcdiv_(y, y * y + 1, value=0.5)),
+    "aten::eq.Scalar": (lambda: (_x(),), lambda x: x.round() == 0),
+    "aten::eq.Tensor": (lambda: (_x(), _y()), lambda x, y: x.round() == y.round()),
+    "aten::ne.Scalar": (lambda: (_x(),), lambda x: x.round() != 0),
+    "aten::ne.Tensor": (lambda: (_x(), _y()), lambda x, y: x.round() != y.round()),
+    "aten::lt.Scalar": (lambda: (_x(),), lambda x: x < 0.1),
+    "aten::gt.Scalar": (lambda: (_x(),), lambda x: x > 0.1),
+    "aten::bitwise_and.Tensor": (lambda: (_x(), _y()), lambda x, y: (x > 0) & (y > 0)),
+    "aten::bitwise_or.Tensor": (lambda: (_x(), _y()), lambda x, y: (x > 0) | (y > 0)),
+    "aten::bitwise_not": (lambda: (_x(),), lambda x: ~(x > 0)),
+    "aten::isneginf": (lambda: (_x(),), lambda x: torch.isneginf(x * float("inf"))),
+    "aten::tril": (lambda: (_x(),), lambda x: x.tril(1)),
+    "aten::triu": (lambda: (_x(),), lambda x: x.triu(-1)),
+    "aten::sum": (lambda: (_x(),), lambda x: x.sum()),
+    "aten::sum.dim_IntList": (lambda: (_x(),), lambda x: x.sum(1, keepdim=True)),
+    "aten::mean.dim": (lambda: (_x(),), lambda x: x.mean(-1)),
+    "aten::argmax": (lambda: (_x(),), lambda x: x.argmax(1)),
+    "aten::max": (lambda: (_x(),), lambda x: x.max()),
+    "aten::all.dim": (lambda: (_x(),), lambda x: (x > -1).all(1)),
+    "aten::any.dim": (lambda: (_x(),), lambda x: (x > 1).any(0)),
+    "aten::isin.Tensor_Tensor": (
+        lambda: (torch.randint(0, 9, (5, 7)), torch.tensor([1, 4, 8])),
+        torch.isin,
+    ),
+    "aten::mm": (lambda: (_x(), _y()), lambda x, y: x @ y.T),
+    "aten::bmm": (lambda: (torch.randn(3, 4, 5), torch.randn(3, 5, 2)), torch.bmm),
+    "aten::addmm": (lambda: (torch.randn(4), _x(), _y()), lambda b, x, y: torch.addmm(b, x, y.T)),
+    "aten::baddbmm": (
+        lambda: (torch.randn(3, 4, 2), torch.randn(3, 4, 5), torch.randn(3, 5, 2)),
+        lambda b, x, y: torch.baddbmm(b, x, y, beta=0.5, alpha=2),
+    ),
+    "aten::_softmax": (lambda: (_x(),), lambda x: torch.softmax(x, -1)),
+    "aten::_softmax_backward_data": (
+        lambda: (_x(), _y()),
+        lambda g, x: aten._softmax_backward_data(g, torch.softmax(x, -1), -1, torch.float32),
+    ),
+    "aten::_log_softmax": (lambda: (_x(),), lambda x: torch.log_softmax(x, 0)),
+    "aten::_log_softmax_backward_data": (
+        lambda: (_x(), _y()),
+        lambda g, x: aten._log_softmax_backward_data(g, torch.log_softmax(x, -1), -1, torch.float32),
+    ),
+    "aten::nll_loss_forward": (
+        lambda: (_x(), torch.tensor([0, 5, 2, 1])),
+        lambda x, t: F.nll_loss(torch.log_softmax(x, -1), t),
+    ),
+    "aten::nll_loss_backward": (
+        lambda: (_x(), torch.tensor([0, 5, 2, 1])),
+        lambda x, t: aten.nll_loss_backward(torch.tensor(1.0, device=x.device), x, t, None, 1, -100,
+                                            torch.tensor(4.0, device=x.device)),
+    ),
+    "aten::index_select": (lambda: (_x(), torch.tensor([3, 0, 0])), lambda x, i: x.index_select(0, i)),
+    "aten::embedding_dense_backward": (
+        lambda: (_x(), torch.tensor([1, 7, 1, 0])),
+        lambda g, i: aten.embedding_dense_backward(g, i, 9, -1, False),
+    ),
+    "aten::cat": (lambda: (_x(), _y()), lambda x, y: torch.cat([x, y, x], 1)),
+}
+
+
+def test_every_fast_path_op_has_a_case():
+    assert sorted(torch_neuronx._C._fast_path_ops()) == sorted(CASES)
+
+
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_fast_path_op_matches_cpu_bit_for_bit(op):
+    make, fn = CASES[op]
+    inputs = make()
+    expected = fn(*[t.clone() for t in inputs])
+    torch_neuronx.reset_metrics()
+    got = fn(*[t.to("neuron") for t in inputs])
+    assert got.device.type == "neuron"
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    assert torch.equal(got.cpu(), expected)
+    assert torch_neuronx.metrics()["kernels"]["per_op"][op]["calls"] >= 1
+
+
+def test_in_place_returns_the_callers_tensor_and_updates_views_and_versions():
+    base = torch.zeros(4, 6, device="neuron")
+    view = base[1:3]
+    version = base._version
+    out = view.add_(torch.ones(2, 6, device="neuron"))
+    assert out is view
+    assert base._version > version
+    expected = torch.zeros(4, 6)
+    expected[1:3] += 1
+    assert torch.equal(base.cpu(), expected)
+
+
+def test_fast_path_keeps_device_rules():
+    a = torch.ones(3, device="neuron")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        a + torch.ones(3)
+    if torch.neuron.device_count() > 1:
+        with pytest.raises(RuntimeError, match="neuron:0 and neuron:1"):
+            a * torch.ones(3, device="neuron:1")
+    # A 0-dim CPU tensor is a scalar, as on CUDA.
+    assert torch.equal((a * torch.tensor(2.0)).cpu(), torch.full((3,), 2.0))
+    # Results live on the inputs' core and are charged to it.
+    if torch.neuron.device_count() > 1:
+        b = torch.ones(256, device="neuron:1")
+        before = torch.neuron.memory_allocated(1)
+        c = b + b
+        assert c.device == torch.device("neuron:1")
+        assert torch.neuron.memory_allocated(1) == before + c.untyped_storage().nbytes()
+
+
+def test_fast_path_results_are_narrowed_like_every_other_kernel():
+    mode = torch_neuronx.get_64bit_mode()
+    try:
+        torch_neuronx.set_64bit_mode("off")
+        big = torch.tensor([2**40, 1], dtype=torch.int64, device="neuron")
+        assert big.add(1).cpu().tolist() == [2**40 + 1, 2]
+        torch_neuronx.set_64bit_mode("strict")
+        with pytest.raises(RuntimeError, match="does not fit in int32"):
+            big.add(1)
+        torch_neuronx.set_64bit_mode("narrow")
+        assert big.add(1).cpu().tolist() == [1, 2]  # 2**40 + 1 wraps to 1 in int32
+    finally:
+        torch_neuronx.set_64bit_mode(mode)
+
+
+def test_signatures_are_counted_per_shape_and_scalar_and_survive_reset():
+    a, b = torch.ones(5, device="neuron"), torch.ones(5, device="neuron")
+    torch_neuronx.reset_metrics()
+    for _ in range(3):
+        a + b
+    torch.add(a, b, alpha=2)
+    torch.ones(6, device="neuron") + torch.ones(6, device="neuron")
+    per_op = torch_neuronx.metrics()["kernels"]["per_op"]["aten::add.Tensor"]
+    assert per_op["calls"] == 5 and per_op["signatures"] == 3
+    torch_neuronx.reset_metrics()
+    a + b
+    kernels = torch_neuronx.metrics()["kernels"]
+    assert kernels["per_op"]["aten::add.Tensor"] == {"calls": 1, "signatures": 1, "misses": 0}
+    assert kernels["unique_signatures"] == 1
+
+
+def test_repeat_counting_is_exact_across_threads():
+    a = torch.ones(7, device="neuron")
+    torch_neuronx.reset_metrics()
+
+    def work():
+        for _ in range(500):
+            a.mul(a)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    kernels = torch_neuronx.metrics()["kernels"]
+    assert kernels["per_op"]["aten::mul.Tensor"]["calls"] == 2000
+    assert kernels["per_op"]["aten::mul.Tensor"]["signatures"] == 1
+
+
+def _sdpa_inputs():
+    return [torch.randn(2, 3, 16, 8, requires_grad=True) for _ in range(3)]
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_sdpa_takes_the_fused_kernel_and_matches_cpu(is_causal):
+    q, k, v = _sdpa_inputs()
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+    out.square().sum().backward()
+    qn, kn, vn = (t.detach().to("neuron").requires_grad_() for t in (q, k, v))
+    got = F.scaled_dot_product_attention(qn, kn, vn, is_causal=is_causal)
+    got.square().sum().backward()
+    assert "FlashAttention" in type(got.grad_fn).__name__
+    assert torch.equal(got.detach().cpu(), out.detach())
+    for mine, ref in ((qn, q), (kn, k), (vn, v)):
+        assert torch.equal(mine.grad.cpu(), ref.grad)
+
+
+def test_sdpa_kernel_context_selects_math():
+    q, k, v = (t.detach().to("neuron") for t in _sdpa_inputs())
+    assert torch._fused_sdp_choice(q, k, v) == torch._fused_sdp_choice(q.cpu(), k.cpu(), v.cpu())
+    with sdpa_kernel(SDPBackend.MATH):
+        assert torch._fused_sdp_choice(q, k, v) == SDPBackend.MATH.value
+        ref = F.scaled_dot_product_attention(q.cpu(), k.cpu(), v.cpu())
+        got = F.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(got.cpu(), ref)
+
+
+def test_sdpa_dropout_follows_the_neuron_seed_and_leaves_cpu_rng_alone():
+    q, k, v = (t.detach().to("neuron") for t in _sdpa_inputs())
+    cpu_state = torch.get_rng_state()
+    torch.neuron.manual_seed(7)
+    first = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    torch.neuron.manual_seed(7)
+    second = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    third = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    assert torch.equal(first.cpu(), second.cpu())
+    assert not torch.equal(second.cpu(), third.cpu())
+    assert torch.equal(torch.get_rng_state(), cpu_state)
+
+
+def test_fused_sdpa_can_be_turned_off_by_environment():
+    code = (
+        "import torch, torch.nn.functional as F\n"
+        "q = torch.randn(1, 2, 8, 4, device='neuron')\n"
+        "print(torch._fused_sdp_choice(q, q, q))\n"
+    )
+    env = dict(os.environ, TORCH_NEURONX_ENABLE_NKI_SDPA="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert int(out.stdout.strip()) == SDPBackend.MATH.value
+    env["TORCH_NEURONX_ENABLE_NKI_SDPA"] = "maybe"
+    bad = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "TORCH_NEURONX_ENABLE_NKI_SDPA" in bad.stderr

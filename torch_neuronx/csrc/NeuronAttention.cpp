@@ -1,0 +1,72 @@
+// Which kernel runs scaled_dot_product_attention on neuron.
+//
+// PyTorch asks a per-device "fused SDPA choice" stub; a device without one
+// gets the math decomposition (bmm, softmax, bmm and their backward: several
+// kernels and a full attention matrix). The real product registers this stub
+// and, with TORCH_NEURONX_ENABLE_NKI_SDPA on (the default), runs attention as
+// one fused flash kernel. Here the fused kernel is CPU's flash attention,
+// which the fallback runs on zero-copy aliases, and the choice follows CPU's
+// own rules (shapes, dtypes, torch.nn.attention.sdpa_kernel), so results
+// match the CPU reference exactly.
+#include "NeuronRuntime.h"
+
+#include <ATen/Operators.h>
+#include <ATen/SDPBackend.h>
+#include <ATen/native/transformers/attention.h>
+#include <torch/library.h>
+
+#include <atomic>
+
+namespace torch_neuronx {
+namespace {
+
+std::atomic<bool> g_fused_attention{true};
+
+// CPU's choice reads only shapes, strides and dtypes. Meta twins carry just
+// that, so the choice also works on the fake tensors torch.compile traces with.
+at::Tensor shape_of(const at::Tensor& t) {
+  if (!t.defined()) {
+    return t;
+  }
+  return at::empty_strided_symint(
+      t.sym_sizes(), t.sym_strides(), t.options().device(c10::kMeta));
+}
+
+int64_t choose_sdp_backend(
+    const at::Tensor& query,
+    const at::Tensor& key,
+    const at::Tensor& value,
+    const std::optional<at::Tensor>& attn_mask,
+    double dropout_p,
+    bool is_causal,
+    std::optional<double> scale,
+    bool enable_gqa) {
+  if (!g_fused_attention.load(std::memory_order_relaxed)) {
+    return static_cast<int64_t>(at::SDPBackend::math);
+  }
+  std::optional<at::Tensor> mask;
+  if (attn_mask.has_value()) {
+    mask = shape_of(*attn_mask);
+  }
+  return at::_ops::_fused_sdp_choice::redispatch(
+      c10::DispatchKeySet(c10::DispatchKey::CPU), shape_of(query), shape_of(key),
+      shape_of(value), mask, dropout_p, is_causal, scale, enable_gqa);
+}
+
+} // namespace
+
+void set_fused_attention(bool enabled) {
+  g_fused_attention = enabled;
+}
+
+} // namespace torch_neuronx
+
+namespace at::native {
+// Eager SDPA asks this stub directly ...
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_neuronx::choose_sdp_backend)
+} // namespace at::native
+
+// ... and compiled graphs through the aten op, so both take the same path.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_fused_sdp_choice", &torch_neuronx::choose_sdp_backend);
+}

@@ -1,0 +1,146 @@
+// Aliasing, device checks and result mapping of one op call (see NeuronCall.h).
+#include "NeuronCall.h"
+
+#include <cstring>
+
+namespace torch_neuronx {
+namespace {
+
+// A new owning reference to a tensor we only hold by pointer.
+at::Tensor retain(c10::TensorImpl* impl) {
+  return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(impl));
+}
+
+// Only int64/float64 values can need narrowing; checking the dtype first
+// spares every other result an alias.
+bool needs_narrowing(const caffe2::TypeMeta dtype) {
+  const auto type = dtype.toScalarType();
+  return (type == at::kLong || type == at::kDouble) && narrowing_mode() != 0;
+}
+
+} // namespace
+
+void CallState::note_device(c10::Device d) {
+  if (!device_) {
+    device_ = d.index();
+  } else if (*device_ != d.index() && !other_device_) {
+    other_device_ = d;
+  }
+}
+
+void CallState::note_other(const at::Tensor& t) {
+  cpu_tensor_mixed_ |= t.defined() && t.device().is_cpu() && t.dim() > 0;
+}
+
+at::Tensor CallState::alias(const at::Tensor& t, bool is_write) {
+  note_device(t.device());
+  at::Tensor a = cpu_alias(t);
+  auto* storage = a.storage().unsafeGetStorageImpl();
+  by_tensor_.emplace_back(a.unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
+  by_storage_.emplace_back(storage, t.unsafeGetTensorImpl());
+  if (is_write) {
+    written_.push_back({t.unsafeGetTensorImpl(), a, storage, storage->mutable_data()});
+  }
+  return a;
+}
+
+void CallState::check_devices(const c10::OperatorName& op) const {
+  TORCH_CHECK(
+      !other_device_ && !(cpu_tensor_mixed_ && device_),
+      "Expected all tensors to be on the same device, but found at least two "
+      "devices, neuron:", static_cast<int>(device_.value_or(0)), " and ",
+      other_device_ ? other_device_->str() : std::string("cpu"),
+      "! (while running ", op, " on the neuron device)");
+}
+
+at::Tensor CallState::to_neuron(const at::Tensor& out) {
+  if (!out.defined()) {
+    return out;
+  }
+  const auto index = device_.value_or(current_device());
+  if (out._is_zerotensor()) {
+    // Autograd's efficient zero tensors (e.g. the gradient of sign/round)
+    // have no memory behind their shape: give the device real zeros.
+    c10::DeviceGuard guard(c10::Device(kNeuron, index));
+    return at::zeros(out.sizes(), out.options().device(kNeuron, index));
+  }
+  auto* impl = out.unsafeGetTensorImpl();
+  for (auto& [alias_impl, original] : by_tensor_) {
+    if (alias_impl == impl) {
+      return retain(original);
+    }
+  }
+  auto* storage = out.storage().unsafeGetStorageImpl();
+  const c10::Storage* base = nullptr;
+  for (auto& [alias_storage, original] : by_storage_) {
+    if (alias_storage == storage) {
+      base = &original->storage();
+      break;
+    }
+  }
+  if (base == nullptr) {
+    for (auto& [adopted_storage, neuron] : adopted_) {
+      if (adopted_storage == storage) {
+        base = &neuron.storage();
+        break;
+      }
+    }
+  }
+  if (base != nullptr) {
+    // A view of memory that already lives on the device.
+    auto view = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(*base), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+        out.dtype());
+    view.unsafeGetTensorImpl()->set_sizes_and_strides(
+        out.sizes(), out.strides(), out.storage_offset());
+    return view;
+  }
+  at::Tensor result;
+  if (out.storage().use_count() > 1) {
+    // Memory the kernel shares with something else: copy, never steal.
+    c10::DeviceGuard guard(c10::Device(kNeuron, index));
+    result = at::empty_strided(out.sizes(), out.strides(),
+                               out.options().device(kNeuron, index));
+    cpu_alias(result).copy_(out);
+  } else {
+    result = adopt_cpu_tensor(out, index);
+    adopted_.emplace_back(storage, result);
+  }
+  if (needs_narrowing(result.dtype())) {
+    narrow_64bit_inplace(cpu_alias(result));
+  }
+  return result;
+}
+
+void CallState::sync_written_args() {
+  for (auto& w : written_) {
+    auto& alias = w.alias;
+    auto* original = w.original;
+    const bool moved = alias.storage().unsafeGetStorageImpl() != w.alias_storage ||
+        alias.storage().mutable_data() != w.alias_data;
+    if (moved) {
+      // The kernel gave an out= argument new memory (resize, or set_ to a
+      // buffer it laid out itself, e.g. LAPACK's padded column-major
+      // results). Give the neuron tensor device memory of the same size and
+      // layout: the alias's strides and offset may reach beyond numel().
+      const auto& fresh = alias.storage();
+      c10::DeviceGuard guard(original->device());
+      c10::Storage storage(c10::Storage::use_byte_size_t(), fresh.nbytes(), allocator(),
+                           /*resizable=*/true);
+      if (fresh.nbytes() > 0) {
+        std::memcpy(storage.mutable_data(), fresh.data(), fresh.nbytes());
+      }
+      retain(original).set_(storage, alias.storage_offset(), alias.sizes(), alias.strides());
+    } else if (alias.sizes() != original->sizes() ||
+               alias.strides() != original->strides() ||
+               alias.storage_offset() != original->storage_offset()) {
+      original->set_sizes_and_strides(
+          alias.sizes(), alias.strides(), alias.storage_offset());
+    }
+    if (needs_narrowing(original->dtype())) {
+      narrow_64bit_inplace(moved ? cpu_alias(retain(original)) : alias);
+    }
+  }
+}
+
+} // namespace torch_neuronx

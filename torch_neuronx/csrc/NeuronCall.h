@@ -1,0 +1,62 @@
+// One neuron op running as a CPU kernel on zero-copy aliases.
+//
+// Shared by the boxed fallback (NeuronFallback.cpp, every op) and the unboxed
+// fast path (NeuronFastPath.cpp, the hottest ops): both alias the neuron
+// arguments, check devices, run the CPU kernel, then bring written arguments
+// and results back to the device the same way.
+//
+// The state records raw TensorImpl pointers of the caller's tensors, never
+// copies: copying a tensor that Python owns moves its refcount from 1 to 2,
+// which takes the GIL (PyObject preservation), a cost the fast path exists to
+// avoid. The caller keeps the originals alive for the whole call.
+#pragma once
+
+#include "NeuronRuntime.h"
+
+#include <c10/util/SmallVector.h>
+
+namespace torch_neuronx {
+
+class CallState {
+ public:
+  // A CPU alias of the neuron tensor `t` (which must outlive this state).
+  // `is_write`: the op may write the argument (in-place, out=).
+  at::Tensor alias(const at::Tensor& t, bool is_write);
+  // Record a device an argument asks for (e.g. a `device=` argument).
+  void note_device(c10::Device d);
+  // A non-neuron tensor argument: only 0-dim CPU tensors may be mixed in.
+  void note_other(const at::Tensor& t);
+  // Raise PyTorch's usual mixed-device error, naming `op`.
+  void check_devices(const c10::OperatorName& op) const;
+  std::optional<c10::DeviceIndex> device() const {
+    return device_;
+  }
+
+  // After the kernel: make each written neuron argument reflect what the
+  // kernel did to its alias (new size, new memory), and narrow 64-bit values.
+  void sync_written_args();
+  // Map one returned CPU tensor back to the device.
+  at::Tensor to_neuron(const at::Tensor& out);
+
+ private:
+  struct WrittenArg {
+    c10::TensorImpl* original;
+    at::Tensor alias;
+    c10::StorageImpl* alias_storage;
+    void* alias_data;
+  };
+
+  std::optional<c10::DeviceIndex> device_;
+  std::optional<c10::Device> other_device_; // first conflicting device seen
+  bool cpu_tensor_mixed_ = false;
+  // Inline storage: most ops have a handful of tensor arguments, and the hot
+  // path should not touch the heap for bookkeeping.
+  c10::SmallVector<std::pair<c10::TensorImpl*, c10::TensorImpl*>, 4> by_tensor_;
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::TensorImpl*>, 4> by_storage_;
+  c10::SmallVector<WrittenArg, 2> written_;
+  // Results already adopted, so a second result viewing the same fresh memory
+  // (e.g. a tuple of views of one buffer) becomes a view, not a second owner.
+  c10::SmallVector<std::pair<c10::StorageImpl*, at::Tensor>, 2> adopted_;
+};
+
+} // namespace torch_neuronx
