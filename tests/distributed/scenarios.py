@@ -486,3 +486,21 @@ def fault(mode: str, timeout_s: str):
         print(f"FAULT-REPORTED after {time.monotonic() - start:.1f}s: {exc}", flush=True)
         os._exit(0)
     raise AssertionError("the collective loop ended without an error")
+
+
+# Kept alive until interpreter exit, as a DeviceMesh or an FSDP module would.
+_HELD_GROUPS = []
+
+
+def exit_without_destroy():
+    """Collectives on the world and a subgroup, then return with both groups
+    still referenced and no destroy_process_group(): the rank must still exit 0."""
+    rank, world, dev = _init()
+    sub = dist.new_group(list(range(world)))
+    _HELD_GROUPS.extend([dist.group.WORLD, sub])
+    t = torch.full((1024,), float(rank + 1), device=dev)
+    for _ in range(3):
+        dist.all_reduce(t, group=sub)
+        gathered = [torch.empty_like(t) for _ in range(world)]
+        dist.all_gather(gathered, t)
+    _same(t.cpu(), torch.full((1024,), float(sum(range(1, world + 1)) * world ** 2)), "all_reduce")

@@ -27,6 +27,17 @@ def test_collectives_init_order_and_topology():
     check_all_ok(run_ranks("collectives", 3))
 
 
+def test_ranks_exit_cleanly_without_destroying_their_groups():
+    """gloo's workers must not outlive the interpreter: before the exit hook,
+    4 of 10 such two-rank runs aborted with "terminate called without an
+    active exception" after all their work was done."""
+    for _ in range(4):
+        results = run_ranks("exit_without_destroy", 2)
+        check_all_ok(results)
+        for r in results:
+            assert "terminate called" not in r.output, r.output
+
+
 @pytest.mark.slow
 def test_ddp_fsdp2_tp_sp_against_gloo():
     """Accelerate-initialised job: DDP, FSDP2 (mixed precision, reshard after

@@ -20,6 +20,8 @@ handles, ``wait()`` and ``get_future()`` behave as in PyTorch. Point-to-point
 from __future__ import annotations
 
 import datetime
+import time
+import weakref
 from typing import Callable, Sequence
 
 import torch
@@ -31,6 +33,9 @@ from .faults import DistributedFault, PeerTable
 from .setup import BACKEND_NAME
 
 _RedOp = dist.ReduceOp.RedOpType
+
+# Every group still alive, for release_backends() at exit.
+_LIVE_GROUPS: "weakref.WeakSet[ProcessGroupNeuron]" = weakref.WeakSet()
 
 
 def _alias(t: torch.Tensor) -> torch.Tensor:
@@ -122,6 +127,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         self._peers = PeerTable(store, rank, size)
         self._name = ""
         self._desc = ""
+        _LIVE_GROUPS.add(self)
 
     # --- identity (C++ reads these through the trampoline) -----------------
     def getBackendName(self) -> str:  # noqa: N802  (C++ virtual name)
@@ -143,6 +149,10 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         """What c10d's Python side sees as this group's backend for ``device``
         (``init_process_group(device_id=...)``, ``monitored_barrier``)."""
         return _GlooView(self._gloo)
+
+    def _release_backend(self) -> None:
+        """Drop the inner gloo group: its destructor joins gloo's worker threads."""
+        self._gloo = None
 
     def abort(self) -> None:
         self._gloo.abort()
@@ -309,3 +319,20 @@ class ProcessGroupNeuron(dist.ProcessGroup):
 
     def recv_anysource(self, tensors, tag=0):
         return self._gloo.recv_anysource(_aliases(tensors), tag)
+
+
+def release_backends() -> None:
+    """Join the gloo worker threads of every group the script still holds
+    (in a DeviceMesh, an FSDP module, a global), while Python still runs.
+
+    See ``setup.destroy_groups_at_exit``: a worker that drops its last
+    finished collective during interpreter finalization aborts the process.
+    The short sleep hands the GIL to workers that are about to drop theirs, so
+    the destructors below never join a thread that waits for the GIL.
+    """
+    groups = list(_LIVE_GROUPS)
+    if not groups:
+        return
+    time.sleep(0.05)
+    for group in groups:
+        group._release_backend()
