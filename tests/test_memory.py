@@ -135,3 +135,50 @@ def test_pin_memory_and_is_pinned():
     assert not torch.ones(2, device="neuron").is_pinned()
     moved = pinned.to("neuron", non_blocking=True)
     torch.testing.assert_close(moved.cpu(), cpu, rtol=0, atol=0)
+
+
+def _pool():
+    import torch_neuronx
+
+    return torch_neuronx._C._host_pool_stats()
+
+
+def test_host_memory_of_large_results_is_reused_not_refaulted():
+    a = torch.randn(512, 512, device="neuron")
+    torch.neuron.empty_cache()
+    for _ in range(2):  # warm: the first product and sum take fresh blocks
+        (a @ a).sum()
+    before = _pool()
+    for _ in range(10):
+        out = a @ a
+        assert torch.equal(out.cpu(), a.cpu() @ a.cpu())
+        del out
+    after = _pool()
+    assert after["misses"] == before["misses"]
+    assert after["hits"] >= before["hits"] + 10
+    # CPU work outside neuron ops keeps PyTorch's own allocator.
+    b = torch.randn(512, 512)
+    (b @ b).sum()
+    assert _pool()["misses"] == after["misses"] and _pool()["hits"] == after["hits"]
+    # The pool is host-side only: the emulated HBM accounting is unchanged.
+    assert torch.neuron.memory_reserved() == torch.neuron.memory_allocated()
+    assert _pool()["cached_bytes"] > 0
+    torch.neuron.empty_cache()
+    assert _pool()["cached_bytes"] == 0
+
+
+def test_host_pool_limit_from_environment():
+    code = (
+        "import torch, torch_neuronx\n"
+        "a = torch.randn(512, 512, device='neuron')\n"
+        "for _ in range(3):\n"
+        "    assert torch.equal((a @ a).cpu(), a.cpu() @ a.cpu())\n"
+        "s = torch_neuronx._C._host_pool_stats()\n"
+        "print(s['limit_bytes'], s['cached_bytes'], s['hits'])\n"
+    )
+    import os
+
+    env = dict(os.environ, TORCHNEURON_HOST_POOL_MB="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.split() == ["0", "0", "0"]

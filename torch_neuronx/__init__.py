@@ -30,6 +30,7 @@ from .compile import get_dynamo_metrics, reset_dynamo_metrics  # noqa: E402,F401
 def _register() -> None:
     topology = _profiles.resolve_topology()
     _C._set_fused_attention(_config.env_flag("TORCH_NEURONX_ENABLE_NKI_SDPA", True))
+    _C._install_host_pool(_config.env_int("TORCHNEURON_HOST_POOL_MB", 1024) * 2**20)
     _C._configure_devices(topology.device_count, topology.hbm_per_core)
     if topology.device_count:
         _C._set_default_device(topology.default_device)

@@ -31,6 +31,14 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_route_structured_ops_to_fallback", &route_structured_ops_to_fallback,
         "Run CPU's functional kernels of structured ops directly (see NeuronFallback.cpp)");
+  m.def("_install_host_pool", &install_host_pool,
+        "Pool the host memory of large neuron tensors (see NeuronHostPool.cpp)");
+  m.def("_empty_host_pool", &empty_host_pool);
+  m.def("_host_pool_stats", []() {
+    const auto s = host_pool_stats();
+    return py::dict(py::arg("hits") = s[0], py::arg("misses") = s[1],
+                    py::arg("cached_bytes") = s[2], py::arg("limit_bytes") = s[3]);
+  });
   m.def("_fast_path_ops", &fast_path_ops,
         "Ops that run through the unboxed fast path (see NeuronFastPath.cpp)");
   m.def("_set_fused_attention", &set_fused_attention,

@@ -106,7 +106,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     auto* charge = static_cast<Charge*>(ctx);
     instance().uncharge(charge->device, charge->bytes);
     if (charge->owned != nullptr) {
-      c10::free_cpu(charge->owned); // adopted memory is freed by its storage
+      host_pool_free(charge->owned, charge->bytes); // adopted memory is freed by its storage
     }
     delete charge;
   }
@@ -119,7 +119,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     void* data = nullptr;
     if (nbytes > 0) {
       try {
-        data = c10::alloc_cpu(nbytes);
+        data = host_pool_allocate(nbytes);
       } catch (...) {
         uncharge(index, nbytes);
         throw;
@@ -142,7 +142,10 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     return runtime_initialized();
   }
 
-  void emptyCache(c10::MempoolId_t) override {}
+  // Emulated HBM is never cached; the host memory behind it is.
+  void emptyCache(c10::MempoolId_t) override {
+    empty_host_pool();
+  }
 
   void recordStream(const c10::DataPtr&, c10::Stream) override {}
 

@@ -171,7 +171,10 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     account_kernel(op, *stack);
   }
 
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  {
+    HostPoolScope scope;
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
 
   borrowed_default.reset();
   if (neuron_gen != nullptr) {

@@ -258,7 +258,10 @@ struct FastKernel<Op, Ret(Args...)> {
         return describe_signature(handle(), boxed);
       });
     }
-    auto run = [](auto&... a) -> Ret { return Op::redispatch(kCpuKeys, a...); };
+    auto run = [](auto&... a) -> Ret {
+      HostPoolScope scope;
+      return Op::redispatch(kCpuKeys, a...);
+    };
     if constexpr (std::is_void_v<Ret>) {
       std::apply(run, mapped);
       call.state.sync_written_args();

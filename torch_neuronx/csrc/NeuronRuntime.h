@@ -50,6 +50,25 @@ c10::DataPtr adopt_cpu_storage(
     const c10::Storage& cpu_storage,
     c10::DeviceIndex index);
 
+// ---- host memory pool (NeuronHostPool.cpp) ---------------------------------
+// While one exists on a thread, large CPU allocations (the outputs of the CPU
+// kernel running a neuron op) come from the pool of device host memory.
+class HostPoolScope {
+ public:
+  HostPoolScope();
+  ~HostPoolScope();
+  HostPoolScope(const HostPoolScope&) = delete;
+  HostPoolScope& operator=(const HostPoolScope&) = delete;
+};
+// Installs the pool behind the process's CPU allocator; keeps at most
+// `limit_bytes` of freed blocks (TORCHNEURON_HOST_POOL_MB).
+void install_host_pool(int64_t limit_bytes);
+void* host_pool_allocate(size_t nbytes);
+void host_pool_free(void* data, size_t nbytes);
+void empty_host_pool();
+// hits, misses, cached bytes, limit bytes
+std::vector<int64_t> host_pool_stats();
+
 // ---- zero-copy CPU aliases (NeuronAlias.cpp) -------------------------------
 // A CPU tensor over the same bytes as the neuron tensor `t`; keeps `t`'s
 // storage alive. Used by the fallback, the process group and compiled graphs.

@@ -2,13 +2,16 @@
 
 Each logical core has the HBM of the instance profile; every neuron tensor is
 charged to its core, so these figures are what the job would use on Trainium.
-There is no caching allocator: reserved equals allocated.
+Emulated HBM is not cached: reserved equals allocated (only the host memory
+behind large tensors is pooled for reuse, see ``empty_cache``).
 """
 from __future__ import annotations
 
 from typing import Any
 
 import torch
+
+from .. import _C
 
 
 def _dev(device: Any) -> torch.device:
@@ -55,7 +58,12 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
 
 
 def empty_cache() -> None:
-    """Nothing is cached, so there is nothing to release."""
+    """Return the host memory kept for reuse to the system.
+
+    Emulated HBM is not cached (reserved == allocated); the host blocks behind
+    large tensors are (``TORCHNEURON_HOST_POOL_MB``, csrc/NeuronHostPool.cpp).
+    """
+    _C._empty_host_pool()
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
