@@ -96,6 +96,27 @@ def test_narrow_warns_once_per_process():
     assert out.stdout.strip().splitlines()[-1] == "1"
 
 
+def test_printing_does_not_narrow_or_warn_but_real_values_still_do():
+    """print() computes float64 ratios on the device; they must not trigger the
+    narrowing warning (the printed tensor has no 64-bit value), while a real
+    64-bit value afterwards still does, on the same thread."""
+    script = textwrap.dedent("""
+        import threading, warnings, torch, torch_neuronx
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            text = repr(torch.tensor([1.5, 2.25, 1e-7, -3e5], device="neuron"))
+            printed = sum("no 64-bit device dtypes" in str(w.message) for w in seen)
+            assert torch_neuronx.get_64bit_mode() == "narrow"
+            big = torch.tensor([2**31 + 5]).to("neuron")
+            after = sum("no 64-bit device dtypes" in str(w.message) for w in seen)
+        print(text == repr(torch.tensor([1.5, 2.25, 1e-7, -3e5])).replace(")", ", device='neuron:0')"))
+        print(printed, after, big.item())
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-2:] == ["True", f"0 1 {2**31 + 5 - 2**32}"]
+
+
 def test_channels_last_is_a_clear_error():
     x = torch.randn(2, 3, 4, 4, device="neuron")
     before = x.cpu()

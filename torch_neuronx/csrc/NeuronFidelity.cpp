@@ -256,8 +256,13 @@ void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stac
   account_signature(op, args_hash, [&] { return describe_signature(op, args); });
 }
 
+// Formatting a tensor for print() computes float64 temporaries on the device;
+// narrowing them would warn about values the user never had. Python suspends
+// narrowing on the printing thread only (fidelity/value_semantics.py).
+thread_local int t_narrowing_suspended = 0;
+
 int narrowing_mode() {
-  return g_narrowing.load(std::memory_order_relaxed);
+  return t_narrowing_suspended > 0 ? 0 : g_narrowing.load(std::memory_order_relaxed);
 }
 
 namespace {
@@ -435,7 +440,8 @@ void register_fidelity_bindings(py::module& m) {
     TORCH_CHECK(mode >= 0 && mode <= 2, "narrowing mode must be 0, 1 or 2");
     g_narrowing = mode;
   });
-  m.def("_narrowing_mode", []() { return narrowing_mode(); });
+  m.def("_narrowing_mode", []() { return g_narrowing.load(); });
+  m.def("_suspend_narrowing", [](bool suspend) { t_narrowing_suspended += suspend ? 1 : -1; });
 }
 
 } // namespace torch_neuronx

@@ -14,7 +14,7 @@ from . import logging as _logging
 from . import metrics as _metrics
 from .kernels import Accounting, enabled_from_env, make_accounting, salt_of
 from .neff_cache import NeffCache
-from .value_semantics import get_64bit_mode, mode_from_env, set_64bit_mode
+from .value_semantics import get_64bit_mode, install_print_hook, mode_from_env, set_64bit_mode
 
 __all__ = [
     "clear_op_tracking", "export_metrics", "get_64bit_mode", "get_executed_ops",
@@ -30,6 +30,7 @@ def install(topology) -> None:
     global _accounting
     _logging.configure()
     set_64bit_mode(mode_from_env())
+    install_print_hook()
     _accounting = make_accounting(topology.profile.family, topology.lnc)
     _C._set_signature_callback(_accounting.on_new_signature)
     set_kernel_accounting(enabled_from_env())

@@ -5,6 +5,10 @@ The narrowing itself runs in C++ on every value that lands in device memory
 """
 from __future__ import annotations
 
+import contextlib
+
+import torch
+
 from .. import _C
 from ..runtime.config import env_choice
 
@@ -25,3 +29,32 @@ def set_64bit_mode(mode: str) -> None:
 
 def get_64bit_mode() -> str:
     return MODES[_C._narrowing_mode()]
+
+
+@contextlib.contextmanager
+def narrowing_suspended():
+    """No 64-bit narrowing on this thread inside the block (other threads keep it)."""
+    _C._suspend_narrowing(True)
+    try:
+        yield
+    finally:
+        _C._suspend_narrowing(False)
+
+
+def install_print_hook() -> None:
+    """Format neuron tensors with narrowing suspended.
+
+    ``print(t)`` computes ratios of the values in float64 on the tensor's own
+    device (``torch._tensor_str``). Narrowing those temporaries would raise the
+    one-time "a 64-bit value changed" warning for a tensor that has no 64-bit
+    value at all, and change nothing the user sees.
+    """
+    original = torch._tensor_str._tensor_str
+
+    def _tensor_str(self, indent):
+        if self.device.type != "neuron":
+            return original(self, indent)
+        with narrowing_suspended():
+            return original(self, indent)
+
+    torch._tensor_str._tensor_str = _tensor_str
