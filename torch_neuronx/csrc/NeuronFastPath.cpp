@@ -172,14 +172,10 @@ class Call {
   std::array<std::optional<at::ITensorListRef>, N> list_refs_;
 };
 
+// How each kind of result comes back to the device; a registered op with any
+// other return type does not compile.
 template <class R>
-struct ResultMapper {
-  // Non-tensor results (none in the registered list today) pass through.
-  template <size_t N>
-  static R map(Call<N>&, R&& r) {
-    return std::move(r);
-  }
-};
+struct ResultMapper;
 
 template <>
 struct ResultMapper<at::Tensor> {
