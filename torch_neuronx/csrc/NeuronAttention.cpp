@@ -22,11 +22,15 @@ namespace {
 
 std::atomic<bool> g_fused_attention{true};
 
-// CPU's choice reads only shapes, strides and dtypes. Meta twins carry just
-// that, so the choice also works on the fake tensors torch.compile traces with.
+// CPU's choice reads only shapes, strides and dtypes, never data. Real
+// tensors get a zero-copy CPU alias (cheap); the fake tensors torch.compile
+// traces with (Python key, no data) get a meta twin carrying just that.
 at::Tensor shape_of(const at::Tensor& t) {
   if (!t.defined()) {
     return t;
+  }
+  if (!t.key_set().has(c10::DispatchKey::Python) && t.device().type() == kNeuron) {
+    return cpu_alias(t);
   }
   return at::empty_strided_symint(
       t.sym_sizes(), t.sym_strides(), t.options().device(c10::kMeta));

@@ -78,6 +78,23 @@ class BorrowedDefaultGenerator {
   at::CPUGeneratorImpl& saved_ = saved_state();
 };
 
+// Attention kernels are tagged random for their dropout; with dropout_p == 0
+// (inference, most fine-tuning) they draw nothing, and borrowing the
+// generator (four copies of a Mersenne Twister state) would cost more than a
+// small attention call.
+bool dropout_disabled(
+    const std::vector<c10::Argument>& arguments,
+    const torch::jit::Stack& stack,
+    size_t begin) {
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (arguments[i].name() == "dropout_p") {
+      const auto& value = stack[begin + i];
+      return value.isDouble() && value.toDouble() == 0.0;
+    }
+  }
+  return false;
+}
+
 void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const auto& arguments = schema.arguments();
@@ -161,7 +178,8 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   std::optional<BorrowedDefaultGenerator> borrowed_default;
-  if (!generator_pos && state.device() && op.hasTag(at::Tag::nondeterministic_seeded)) {
+  if (!generator_pos && state.device() && op.hasTag(at::Tag::nondeterministic_seeded) &&
+      !dropout_disabled(arguments, *stack, begin)) {
     neuron_generator = default_generator(*state.device());
     generator_lock = std::unique_lock<std::mutex>(neuron_generator.mutex());
     borrowed_default.emplace(neuron_generator.get<at::CPUGeneratorImpl>());
