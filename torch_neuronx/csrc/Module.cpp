@@ -33,7 +33,6 @@ PYBIND11_MODULE(_C, m) {
         "Run CPU's functional kernels of structured ops directly (see NeuronFallback.cpp)");
   m.def("_install_host_pool", &install_host_pool,
         "Pool the host memory of large neuron tensors (see NeuronHostPool.cpp)");
-  m.def("_empty_host_pool", &empty_host_pool);
   m.def("_host_pool_stats", []() {
     const auto s = host_pool_stats();
     return py::dict(py::arg("hits") = s[0], py::arg("misses") = s[1],

@@ -11,7 +11,7 @@
 namespace torch_neuronx {
 
 at::Tensor cpu_alias(const at::Tensor& t) {
-  if (!t.defined() || t.device().type() != kNeuron) {
+  if (!is_neuron(t)) {
     return t;
   }
   const c10::Storage& storage = t.storage();

@@ -29,7 +29,7 @@ at::Tensor shape_of(const at::Tensor& t) {
   if (!t.defined()) {
     return t;
   }
-  if (!t.key_set().has(c10::DispatchKey::Python) && t.device().type() == kNeuron) {
+  if (!t.key_set().has(c10::DispatchKey::Python) && is_neuron(t)) {
     return cpu_alias(t);
   }
   return at::empty_strided_symint(

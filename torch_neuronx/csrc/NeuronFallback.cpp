@@ -112,7 +112,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const auto& arg = arguments[i];
     const bool is_write = arg.alias_info() != nullptr && arg.alias_info()->isWrite();
     if (value.isTensor()) {
-      if (value.toTensor().defined() && value.toTensor().device().type() == kNeuron) {
+      if (is_neuron(value.toTensor())) {
         originals.push_back(std::move(value).toTensor());
         value = state.alias(originals.back(), is_write);
       } else {
@@ -122,7 +122,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       auto list = value.toTensorList();
       for (size_t j = 0; j < list.size(); ++j) {
         at::Tensor t = list.get(j);
-        if (t.defined() && t.device().type() == kNeuron) {
+        if (is_neuron(t)) {
           list.set(j, state.alias(t, is_write));
           originals.push_back(std::move(t));
         } else {
@@ -137,8 +137,7 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         c10::IValue element = list.get(j);
         // Python indexing (x[:, idx]) passes undefined tensors, not None,
         // for the sliced dimensions: they have no device to ask for.
-        if (element.isTensor() && element.toTensor().defined() &&
-            element.toTensor().device().type() == kNeuron) {
+        if (element.isTensor() && is_neuron(element.toTensor())) {
           list.set(j, state.alias(element.toTensor(), is_write));
           originals.push_back(std::move(element).toTensor());
         }

@@ -35,7 +35,11 @@ void mix_arg(uint64_t& h, const at::Tensor& t) {
 }
 
 void mix_arg(uint64_t& h, const std::optional<at::Tensor>& t) {
-  mix_signature_value(h, t.has_value() ? c10::IValue(*t) : c10::IValue());
+  if (t.has_value()) {
+    mix_signature_tensor(h, *t); // boxing would copy the tensor
+  } else {
+    mix_signature_value(h, c10::IValue());
+  }
 }
 
 void mix_arg(uint64_t& h, at::TensorList list) {
@@ -144,10 +148,6 @@ class Call {
   }
 
  private:
-  static bool is_neuron(const at::Tensor& t) {
-    return t.defined() && t.device().type() == kNeuron;
-  }
-
   template <class List>
   std::vector<at::Tensor> map_list(const List& list, bool is_write) {
     std::vector<at::Tensor> out;

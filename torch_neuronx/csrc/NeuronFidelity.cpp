@@ -297,27 +297,9 @@ void narrow_64bit_inplace(const at::Tensor& t) {
   if ((dtype != at::kLong && dtype != at::kDouble) || t.numel() == 0) {
     return;
   }
-  at::Tensor narrowed;
-  bool changed;
-  if (t.is_contiguous()) {
-    // The common case, scanned directly: reductions and item() calls would
-    // cost more than most kernels whose results are checked here.
-    changed = changes_in_32_bits(t);
-    if (changed) {
-      narrowed = t.to(dtype == at::kLong ? at::kInt : at::kFloat);
-    }
-  } else if (dtype == at::kLong) {
-    auto [lo, hi] = at::aminmax(t);
-    changed = lo.item<int64_t>() < std::numeric_limits<int32_t>::min() ||
-        hi.item<int64_t>() > std::numeric_limits<int32_t>::max();
-    if (changed) {
-      narrowed = t.to(at::kInt); // wraps modulo 2**32, as int32 storage does
-    }
-  } else {
-    narrowed = t.to(at::kFloat);
-    changed = !narrowed.to(at::kDouble).equal(t);
-  }
-  if (!changed) {
+  // Scanned directly (a strided view is made dense first): reductions and
+  // item() calls would cost more than most kernels whose results land here.
+  if (!changes_in_32_bits(t.is_contiguous() ? t : t.contiguous())) {
     return;
   }
   TORCH_CHECK(
@@ -330,7 +312,8 @@ void narrow_64bit_inplace(const at::Tensor& t) {
       "neuron: Trainium has no 64-bit device dtypes; int64 values are kept as "
       "int32 (wrapping) and float64 as float32, and at least one value changed. "
       "Set TORCHNEURON_64BIT=strict to raise, or =off to keep 64-bit values.");
-  t.copy_(narrowed);
+  // int64 wraps modulo 2**32, as int32 storage does.
+  t.copy_(t.to(dtype == at::kLong ? at::kInt : at::kFloat));
 }
 
 namespace {

@@ -20,6 +20,10 @@ namespace torch_neuronx {
 
 constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
 
+inline bool is_neuron(const at::Tensor& t) {
+  return t.defined() && t.device().type() == kNeuron;
+}
+
 // ---- device topology (NeuronRuntime.cpp) ----------------------------------
 // Configured once from Python at import: how many logical cores this process
 // sees and how many bytes of HBM each one has.

@@ -8,9 +8,6 @@ error instead of silently binding the process to a core.
 """
 from __future__ import annotations
 
-import atexit
-import logging
-
 import torch.distributed as dist
 
 from .. import _C
@@ -47,41 +44,4 @@ def create_process_group(store, rank: int, size: int, timeout):
     from .process_group import ProcessGroupNeuron
 
     _C._set_init_error("")  # the process now has a group: device use is allowed
-    if not _exit_hook_registered:
-        _register_exit_hook()
     return ProcessGroupNeuron(store, rank, size, timeout)
-
-
-_exit_hook_registered = False
-
-
-def _register_exit_hook() -> None:
-    global _exit_hook_registered
-    atexit.register(destroy_groups_at_exit)
-    _exit_hook_registered = True
-
-
-def destroy_groups_at_exit() -> None:
-    """Destroy the process groups a script left alive, while Python still runs.
-
-    gloo's worker threads drop their finished work (which holds the zero-copy
-    aliases the group handed them) a moment after a collective returns. If
-    that happens during interpreter finalization, releasing a tensor that has
-    a Python object needs the GIL, which a finalizing interpreter no longer
-    gives: the thread is torn down and the process aborts with "terminate
-    called without an active exception" (seen in about 4 of 10 two-rank
-    torchrun runs that ended without ``destroy_process_group()``). Destroying
-    the groups at exit, as a well-behaved script does itself, and releasing
-    the gloo backends of groups the script still references, joins those
-    threads first. Registered when the first ``neuron`` group is created, so it
-    runs after any exit handler the script registers later.
-    """
-    from .process_group import release_backends
-
-    try:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        release_backends()  # groups the script still references
-    except Exception as exc:  # exiting anyway: report, never mask the exit status
-        logging.getLogger("torch_neuronx.distributed").warning(
-            "destroying the process group at exit failed: %s", exc)

@@ -11,8 +11,6 @@ from typing import Any
 
 import torch
 
-from .. import _C
-
 
 def _dev(device: Any) -> torch.device:
     from . import _index
@@ -63,7 +61,7 @@ def empty_cache() -> None:
     Emulated HBM is not cached (reserved == allocated); the host blocks behind
     large tensors are (``TORCHNEURON_HOST_POOL_MB``, csrc/NeuronHostPool.cpp).
     """
-    _C._empty_host_pool()
+    torch.accelerator.empty_cache()  # the allocator's emptyCache empties the pool
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
