@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from torch_neuronx.runtime import profiles
-from torch_neuronx.runtime.config import ConfigError
+from torch_neuronx.runtime.errors import ConfigError
 
 TOPOLOGY_ENV = ("TORCHNEURON_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_RT_VISIBLE_CORES",
                 "NEURON_RT_NUM_CORES", "LOCAL_WORLD_SIZE", "LOCAL_RANK")

@@ -10,9 +10,9 @@ import torch
 import torch_neuronx
 from torch_neuronx.cli import info as info_cli
 from torch_neuronx.fidelity import host_ops
-from torch_neuronx.fidelity import logging as fid_logging
-from torch_neuronx.fidelity.kernels import compile_seconds_from_env, enabled_from_env, make_accounting, salt_of
-from torch_neuronx.runtime.config import ConfigError
+from torch_neuronx.runtime import log as run_log
+from torch_neuronx.fidelity.accounting import compile_seconds_from_env, enabled_from_env, make_accounting, salt_of
+from torch_neuronx.runtime.errors import ConfigError
 
 
 class _Records(logging.Handler):
@@ -163,15 +163,15 @@ def test_env_switches(monkeypatch, tmp_path):
 @pytest.mark.parametrize("raw, level", [("3", logging.DEBUG), ("0", logging.ERROR), ("info", logging.INFO)])
 def test_log_level(monkeypatch, raw, level):
     monkeypatch.setenv("TORCH_NEURONX_LOG_LEVEL", raw)
-    assert fid_logging.configure().level == level
+    assert run_log.configure().level == level
     monkeypatch.delenv("TORCH_NEURONX_LOG_LEVEL")
-    fid_logging.configure()
+    run_log.configure()
 
 
 def test_log_level_rejects_nonsense(monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_LOG_LEVEL", "loud")
     with pytest.raises(ConfigError, match="TORCH_NEURONX_LOG_LEVEL"):
-        fid_logging.configure()
+        run_log.configure()
 
 
 def test_info_shows_cache_and_emulation(capsys, monkeypatch):

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import torch_neuronx
-from torch_neuronx.fidelity import value_semantics
-from torch_neuronx.runtime.config import ConfigError
+from torch_neuronx.fidelity import narrowing as value_semantics
+from torch_neuronx.runtime.errors import ConfigError
 
 
 @pytest.fixture

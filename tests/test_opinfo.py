@@ -26,7 +26,7 @@ from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase
 from torch.utils._pytree import tree_flatten
 
-from torch_neuronx.runtime.config import env_flag, env_str
+from torch_neuronx.runtime import settings
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int64, torch.bool)
 
@@ -93,9 +93,9 @@ EXPECTED_DTYPE_FAILURES: dict[tuple[str, str, torch.dtype], str] = {
        for variant in ("chunked", "chunked_none")},
 }
 
-_ALL_OPS = env_flag("TORCHNEURON_FULL_OPINFO", False)
+_ALL_OPS = settings.get_flag("TORCHNEURON_FULL_OPINFO")
 _SELECTED = [op for op in op_db if _ALL_OPS or op.name in FAST_OPS]
-_LOG_PATH = env_str("TORCHNEURON_OPINFO_LOG", None)
+_LOG_PATH = settings.get_str("TORCHNEURON_OPINFO_LOG")
 # Upstream's test_compare_cpu tolerance: ops with a device-generic
 # (CompositeExplicitAutograd) kernel run that decomposition on neuron instead
 # of CPU's fused kernel, which rounds differently.

@@ -16,11 +16,12 @@ def _autoload() -> None:
     """
 
 
+import os  # noqa: E402
+
 import torch  # noqa: E402
 
 from . import _C  # noqa: E402
-from .runtime import config as _config
-from .runtime import profiles as _profiles
+from .runtime import profiles as _profiles  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -29,34 +30,46 @@ from .compile import get_dynamo_metrics, reset_dynamo_metrics  # noqa: E402,F401
 
 def _register() -> None:
     topology = _profiles.resolve_topology()
-    _C._set_fused_attention(_config.env_flag("TORCH_NEURONX_ENABLE_NKI_SDPA", True))
-    _C._install_host_pool(_config.env_int("TORCHNEURON_HOST_POOL_MB", 1024) * 2**20)
-    _C._configure_devices(topology.device_count, topology.hbm_per_core)
-    if topology.device_count:
-        _C._set_default_device(topology.default_device)
-
-    torch.utils.rename_privateuse1_backend("neuron")
     from . import neuron
 
-    neuron._set_topology(topology)
+    neuron._configure(topology)
+    torch.utils.rename_privateuse1_backend("neuron")
     torch._register_device_module("neuron", neuron)
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    from . import amp
+    from . import amp, compile, distributed, fidelity
 
     amp.install()
-    from .compile import cache as compile_cache
-
-    compile_cache.install()
-    from . import distributed
-
+    compile.install(neuron)
     distributed.install(topology)
-    from . import fidelity
-
     fidelity.install(topology)
     # Last: every Python-side kernel above must already be registered.
     _C._route_structured_ops_to_fallback()
+
+
+def reconfigure(instance: str | None = None, hbm_per_core: int | None = None) -> None:
+    """Redo the import-time configuration for another instance or core size.
+
+    ``instance`` switches the instance profile (and exports
+    ``TORCHNEURON_INSTANCE`` so that child processes see the same one); the
+    topology is resolved again from it and the environment, the device count
+    and per-core HBM (``hbm_per_core`` bytes overrides the profile's) are
+    applied, and kernel signatures are salted for the new target and LNC. Call
+    it before any device memory is in use: tensors already allocated keep
+    their charge to the old cores. A bad ``instance`` raises ``ConfigError``
+    and changes nothing.
+    """
+    from . import fidelity, neuron
+
+    profile = _profiles.get_profile(instance) if instance is not None else None
+    topology = _profiles.resolve_topology(profile)
+    if hbm_per_core is not None and hbm_per_core <= 0:
+        raise ValueError(f"hbm_per_core must be a positive number of bytes, not {hbm_per_core}")
+    if instance is not None:
+        os.environ["TORCHNEURON_INSTANCE"] = instance
+    neuron._configure(topology, hbm_per_core)
+    fidelity.reconfigure(topology)
 
 
 _register()

@@ -28,11 +28,12 @@ from torch._inductor.compile_fx import compile_fx_inner, partition_fn
 from torch._inductor.decomposition import select_decomp_table
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from ..fidelity.logging import get_logger
-from ..runtime.config import env_flag
-from . import cache, device_interface, passes
+from ..runtime import cache_dirs, settings
+from ..runtime.errors import first_line
+from ..runtime.log import get_logger
+from . import device_interface, passes
 from .metrics import METRICS, GraphRecord
-from .runner import alias_runner
+from .aliased_execution import alias_runner
 
 _log = get_logger("compile")
 
@@ -43,7 +44,7 @@ class NEFFCompilationError(RuntimeError):
 
 def fallback_enabled() -> bool:
     """``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0`` runs graphs that fail to compile eagerly."""
-    return not env_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", True)
+    return not settings.get_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION")
 
 
 def _force_static_shapes() -> None:
@@ -69,7 +70,7 @@ def _compile_aot_graph(
         fake_mode = detect_fake_mode(example_inputs)
         cpu_inputs = passes.cpu_fake_inputs(fake_mode, example_inputs)
         FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
-        with inductor_config.patch(fx_graph_cache=cache.cache_enabled() and inductor_config.fx_graph_cache):
+        with inductor_config.patch(fx_graph_cache=cache_dirs.persistent_cache_enabled() and inductor_config.fx_graph_cache):
             compiled = compile_fx_inner(
                 gm, cpu_inputs, is_inference=is_inference, is_backward=is_backward
             )
@@ -89,10 +90,9 @@ def _compile_aot_graph(
 
 def _note_fallback(exc: Exception) -> None:
     """Fallback execution: the graph will run uncompiled, op by op, on the device."""
-    message = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    message = first_line(exc)
     _log.warning("graph compilation failed, running it eagerly (fallback execution): %s", message)
-    with METRICS.lock:
-        METRICS.fallbacks.append(message)
+    METRICS.add_fallback(message)
 
 
 _aot_neuron = aot_autograd(
@@ -157,9 +157,7 @@ def neuron_backend(
         _note_fallback(exc)
         compiled = gm.forward
     record.compile_seconds = time.perf_counter() - start
-    with METRICS.lock:
-        METRICS.graphs.append(record)
-        METRICS.compile_seconds += record.compile_seconds
+    METRICS.add_graph(record)
     return compiled
 
 

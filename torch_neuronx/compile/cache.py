@@ -2,16 +2,15 @@
 
 On Trainium a compiled graph is a NEFF kept in the Neuron cache directory; here
 the compiled artefacts are Inductor's (FX graph cache, generated C++ and the
-shared objects built from it), so Inductor's cache directory is pointed at a
-``compile`` directory next to the eager NEFF cache. It must be set before any
+shared objects built from it), so Inductor's cache directory is pointed at the
+``compile`` directory of ``runtime/cache_dirs.py``. It must be set before any
 compile *or* ``torch.compiler.load_cache_artifacts()``, hence at import.
 """
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-from ..runtime.config import env_flag, env_str
+from ..runtime import cache_dirs, settings
 
 INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 # Remembers the value we chose, so a child process that inherits it but was
@@ -19,23 +18,8 @@ INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 _CHOSEN_ENV = "TORCHNEURON_CHOSEN_INDUCTOR_CACHE_DIR"
 
 
-def compile_cache_dir() -> Path:
-    """``$TORCH_NEURONX_NEFF_CACHE_DIR/compile``, else ``<user cache>/torchneuron/compile``."""
-    root = env_str("TORCH_NEURONX_NEFF_CACHE_DIR", None)
-    if root is None:
-        from platformdirs import user_cache_dir
-
-        root = user_cache_dir("torchneuron")
-    return Path(root) / "compile"
-
-
-def cache_enabled() -> bool:
-    """``TORCH_NEURONX_NEFF_DISABLE_CACHE=1`` turns off reuse of compiled graphs too."""
-    return not env_flag("TORCH_NEURONX_NEFF_DISABLE_CACHE", False)
-
-
 def install() -> None:
     """Point Inductor's caches at ours unless the user chose a directory for them."""
-    current = os.environ.get(INDUCTOR_CACHE_ENV)
-    if current is None or current == os.environ.get(_CHOSEN_ENV):
-        os.environ[INDUCTOR_CACHE_ENV] = os.environ[_CHOSEN_ENV] = os.path.abspath(compile_cache_dir())
+    current = settings.get_str(INDUCTOR_CACHE_ENV)
+    if current is None or current == settings.get_str(_CHOSEN_ENV):
+        os.environ[INDUCTOR_CACHE_ENV] = os.environ[_CHOSEN_ENV] = os.path.abspath(cache_dirs.compile_dir())

@@ -31,5 +31,3 @@ class UnsupportedNeuronCodegen(metaclass=_Refuse):
     def create(cls, *args, **kwargs):
         raise NotImplementedError(MESSAGE)
 
-
-Scheduling = PythonWrapperCodegen = CppWrapperCodegen = WrapperFxCodegen = UnsupportedNeuronCodegen

@@ -3,14 +3,17 @@
 ``get_dynamo_metrics()`` answers the questions a Trainium user asks about
 compilation: how many graphs were compiled and why recompiled, where the
 graph broke, how long compiling took compared with running, and how often
-the persistent cache saved a compile. Kept free of Dynamo imports so that
-``torch_neuronx`` can re-export it without slowing ``import torch``.
+the persistent cache saved a compile. The counts and times are entries of the
+metrics registry (``torch_neuronx.debug.metrics``). Kept free of Dynamo imports
+so that ``torch_neuronx`` can re-export it without slowing ``import torch``.
 """
 from __future__ import annotations
 
 import dataclasses
 import threading
 from typing import Any
+
+from ..runtime import metrics_registry as registry
 
 
 @dataclasses.dataclass
@@ -24,29 +27,53 @@ class GraphRecord:
     compile_seconds: float = 0.0
 
 
-@dataclasses.dataclass
 class _Metrics:
-    graphs: list[GraphRecord] = dataclasses.field(default_factory=list)
-    aot_graphs_compiled: int = 0
-    compile_seconds: float = 0.0
-    execution_seconds: float = 0.0
-    executions: int = 0
-    cache_hits: int = 0
-    cache_misses: int = 0
-    fallbacks: list[str] = dataclasses.field(default_factory=list)
-    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+    """The graph records and fallback messages, plus the registry's compile counters and timers."""
+
+    def __init__(self) -> None:
+        self.graphs: list[GraphRecord] = []
+        self.fallbacks: list[str] = []
+        self.lock = threading.Lock()
+        self.aot_graphs = registry.counter(
+            "compile.aot_graphs_compiled", "forward/backward/inference graphs given to the code generator",
+            registry.HOST)
+        self.cache_hits = registry.counter(
+            "compile.cache_hits", "compiled graphs found in the persistent compile cache", registry.HOST)
+        self.cache_misses = registry.counter(
+            "compile.cache_misses", "compiled graphs not found in the persistent compile cache", registry.HOST)
+        self.compile_time = registry.timer(
+            "compile.compile_seconds", "host time compiling graphs (Dynamo graph and later backward graphs)",
+            registry.HOST)
+        self.execution_time = registry.timer(
+            "compile.execution_seconds", "host time running compiled graphs", registry.HOST)
 
     def add_execution(self, seconds: float) -> None:
-        with self.lock:
-            self.execution_seconds += seconds
-            self.executions += 1
+        self.execution_time.add_sample(seconds)
 
     def add_compile(self, seconds: float, hits: int, misses: int) -> None:
+        self.aot_graphs.add()
+        if seconds:
+            self.compile_time.add_sample(seconds)
+        self.cache_hits.add(hits)
+        self.cache_misses.add(misses)
+
+    def add_graph(self, record: GraphRecord) -> None:
         with self.lock:
-            self.aot_graphs_compiled += 1
-            self.compile_seconds += seconds
-            self.cache_hits += hits
-            self.cache_misses += misses
+            self.graphs.append(record)
+        self.compile_time.add_sample(record.compile_seconds)
+
+    def add_fallback(self, message: str) -> None:
+        with self.lock:
+            self.fallbacks.append(message)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.graphs.clear()
+            self.fallbacks.clear()
+        for c in (self.aot_graphs, self.cache_hits, self.cache_misses):
+            c.clear()
+        self.compile_time.clear()
+        self.execution_time.clear()
 
 
 METRICS = _Metrics()
@@ -76,8 +103,9 @@ def get_dynamo_metrics() -> dict[str, Any]:
     """
     with METRICS.lock:
         graphs = list(METRICS.graphs)
-        snapshot = {f.name: getattr(METRICS, f.name) for f in dataclasses.fields(METRICS) if f.name != "lock"}
-        snapshot["fallbacks"] = list(METRICS.fallbacks)
+        fallbacks = list(METRICS.fallbacks)
+    _, compile_seconds, _ = METRICS.compile_time.data()
+    executions, execution_seconds, _ = METRICS.execution_time.data()
     reasons = _recompile_reasons(graphs)
     recompiles = [
         {"compile_id": g.compile_id, "reason": reasons.get(g.compile_id, "unknown"), "inputs": g.inputs}
@@ -91,26 +119,21 @@ def get_dynamo_metrics() -> dict[str, Any]:
     ]
     return {
         "graphs_compiled": len(graphs),
-        "aot_graphs_compiled": snapshot["aot_graphs_compiled"],
+        "aot_graphs_compiled": METRICS.aot_graphs.value,
         "recompilations": len(recompiles),
         "recompile_reasons": recompiles,
         "graph_breaks": len(breaks),
         "graph_break_reasons": breaks,
-        "compile_seconds": snapshot["compile_seconds"],
-        "execution_seconds": snapshot["execution_seconds"],
-        "executions": snapshot["executions"],
-        "cache_hits": snapshot["cache_hits"],
-        "cache_misses": snapshot["cache_misses"],
-        "fallbacks": snapshot["fallbacks"],
+        "compile_seconds": compile_seconds,
+        "execution_seconds": execution_seconds,
+        "executions": executions,
+        "cache_hits": METRICS.cache_hits.value,
+        "cache_misses": METRICS.cache_misses.value,
+        "fallbacks": fallbacks,
         "graphs": [dataclasses.asdict(g) for g in graphs],
     }
 
 
 def reset_dynamo_metrics() -> None:
     """Forget all counts (compiled graphs stay compiled and cached)."""
-    with METRICS.lock:
-        METRICS.graphs.clear()
-        METRICS.fallbacks.clear()
-        METRICS.aot_graphs_compiled = METRICS.executions = 0
-        METRICS.cache_hits = METRICS.cache_misses = 0
-        METRICS.compile_seconds = METRICS.execution_seconds = 0.0
+    METRICS.clear()

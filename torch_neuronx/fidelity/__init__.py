@@ -9,12 +9,12 @@ from __future__ import annotations
 import atexit
 
 from .. import _C
-from ..runtime.config import env_str
-from . import logging as _logging
+from ..runtime import log, settings
 from . import metrics as _metrics
-from .kernels import Accounting, enabled_from_env, make_accounting, salt_of
+from . import tensor_print
+from .accounting import Accounting, compiler_config, enabled_from_env, make_accounting, salt_of
+from .narrowing import get_64bit_mode, mode_from_env, set_64bit_mode
 from .neff_cache import NeffCache
-from .value_semantics import get_64bit_mode, install_print_hook, mode_from_env, set_64bit_mode
 
 __all__ = [
     "clear_op_tracking", "export_metrics", "get_64bit_mode", "get_executed_ops",
@@ -28,22 +28,30 @@ _enabled = False
 
 def install(topology) -> None:
     global _accounting
-    _logging.configure()
+    log.configure()
     set_64bit_mode(mode_from_env())
-    install_print_hook()
+    tensor_print.install()
     _accounting = make_accounting(topology.profile.family, topology.lnc)
     _C._set_signature_callback(_accounting.on_new_signature)
     set_kernel_accounting(enabled_from_env())
-    metrics_dir = env_str("TORCH_NEURONX_METRICS_DIR", None)
+    _metrics.register_sources(lambda: _accounting)
+    metrics_dir = settings.get_str("TORCH_NEURONX_METRICS_DIR")
     if metrics_dir is not None:
         atexit.register(_export_at_exit, metrics_dir)
+
+
+def reconfigure(topology) -> None:
+    """Account for another target: the compiler configuration, and so the salt of
+    every kernel signature, follows the instance family and LNC of ``topology``."""
+    _accounting.config = compiler_config(topology.profile.family, topology.lnc)
+    set_kernel_accounting(_enabled)
 
 
 def _export_at_exit(directory) -> None:
     try:
         export_metrics(directory)
     except OSError as exc:
-        _logging.get_logger("metrics").warning("metrics not exported to %s: %s", directory, exc)
+        log.get_logger("metrics").warning("metrics not exported to %s: %s", directory, exc)
 
 
 def use_neff_cache(directory) -> None:

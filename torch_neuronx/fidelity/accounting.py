@@ -14,21 +14,19 @@ from collections import defaultdict
 
 import torch
 
-from ..runtime.config import ConfigError, env_flag, env_str
+from ..runtime import cache_dirs, settings
+from ..runtime.log import get_logger
 from .host_ops import OpTracker, host_ops_from_env
-from .logging import get_logger
-from .neff_cache import NeffCache, Outcome, default_dir
+from .neff_cache import NeffCache, Outcome
 
-DEFAULT_COMPILE_SECONDS = 2.0
-DEFAULT_OPT_LEVEL = "-O1"  # the real product's level for eager per-op kernels
 _log = get_logger("kernels")
 
 
 def compiler_config(family: str, lnc: int) -> dict:
     """Everything besides the op itself that changes a compiled NEFF."""
     return {
-        "flags": env_str("NEURON_CC_FLAGS", "") or "",
-        "opt_level": env_str("NEURON_COMPILER_OPT_LEVEL", DEFAULT_OPT_LEVEL),
+        "flags": settings.get_str("NEURON_CC_FLAGS"),
+        "opt_level": settings.get_str("NEURON_COMPILER_OPT_LEVEL"),  # the real product's -O1 by default
         "target": family,
         "logical_nc_config": lnc,
         "torch": torch.__version__,
@@ -41,17 +39,7 @@ def salt_of(config: dict) -> int:
 
 
 def compile_seconds_from_env() -> float:
-    raw = env_str("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL", None)
-    if raw is None:
-        return DEFAULT_COMPILE_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise ConfigError(
-            f"TORCHNEURON_COMPILE_SECONDS_PER_KERNEL={raw!r} is not a non-negative number of seconds")
-    return value
+    return settings.get_float("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL")
 
 
 class Accounting:
@@ -98,15 +86,11 @@ class Accounting:
 
 
 def make_accounting(family: str, lnc: int) -> Accounting:
-    cache = None
-    disabled = env_flag("TORCH_NEURONX_NEFF_DISABLE_CACHE", False) or env_flag(
-        "TORCH_NEURONX_DISABLE_NEFF_CACHE", False)  # the real product reads both spellings
-    if not disabled:
-        cache = NeffCache(env_str("TORCH_NEURONX_NEFF_CACHE_DIR", None) or default_dir())
+    cache = NeffCache(cache_dirs.neff_dir()) if cache_dirs.persistent_cache_enabled() else None
     return Accounting(cache, compiler_config(family, lnc), compile_seconds_from_env(),
                       OpTracker(host_ops_from_env()))
 
 
 def enabled_from_env() -> bool:
-    return env_flag("TORCHNEURON_KERNEL_ACCOUNTING", True)
+    return settings.get_flag("TORCHNEURON_KERNEL_ACCOUNTING")
 

@@ -13,8 +13,8 @@ leading underscores, a ``linalg_`` prefix and an ``_ex`` suffix, so that
 """
 from __future__ import annotations
 
-from ..runtime.config import env_str
-from .logging import get_logger
+from ..runtime import settings
+from ..runtime.log import get_logger
 
 DEFAULT_HOST_OPS = (
     "linalg_qr",
@@ -75,7 +75,4 @@ class OpTracker:
 
 
 def host_ops_from_env() -> tuple[str, ...]:
-    raw = env_str("TORCHNEURON_HOST_OPS", None)
-    if raw is None:
-        return DEFAULT_HOST_OPS
-    return tuple(n.strip() for n in raw.split(",") if n.strip())
+    return settings.get_list("TORCHNEURON_HOST_OPS", DEFAULT_HOST_OPS)

@@ -1,5 +1,8 @@
 """One structured snapshot of what the job would cost on Trainium.
 
+The accounting reports its counters into the metrics registry
+(``torch_neuronx.debug.metrics``); the snapshot is built from the registry.
+
 The schema is documented in ``docs/fidelity.md`` and read by the pilot tool;
 ``TORCH_NEURONX_METRICS_DIR`` exports it as JSON and a per-op CSV at exit.
 """
@@ -9,12 +12,14 @@ import csv
 import json
 import os
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from .. import _C
-from .kernels import Accounting
-from .value_semantics import get_64bit_mode
+from ..runtime import metrics_registry as registry
+from .accounting import Accounting
+from .narrowing import get_64bit_mode
 
 SCHEMA_VERSION = 1
 
@@ -34,32 +39,84 @@ def _memory() -> dict:
     return {"cores": cores}
 
 
-def snapshot(acc: Accounting, enabled: bool) -> dict:
+_KERNEL_COUNTERS = {
+    "kernel.calls": ("device ops run (fast path and fallback)", registry.HOST),
+    "kernel.in_process_hits": ("kernel calls whose signature this process had already compiled",
+                               registry.EMULATED),
+    "kernel.disk_hits": ("new signatures found in the persistent NEFF cache", registry.EMULATED),
+    "kernel.misses": ("signatures Trainium would compile (neither in process nor on disk)",
+                      registry.EMULATED),
+    "kernel.host_fallback_calls": ("calls of ops the real product runs on the host CPU", registry.HOST),
+    "kernel.unique_signatures": ("distinct kernel signatures seen", registry.EMULATED),
+    "kernel.corrupt_entries_rewritten": ("unreadable NEFF cache entries rewritten", registry.HOST),
+}
+_PER_OP = {
+    "op_calls/": ("calls of this op on the device", registry.HOST),
+    "op_signatures/": ("distinct kernel signatures of this op", registry.EMULATED),
+    "op_misses/": ("compiles of this op Trainium would do", registry.EMULATED),
+}
+
+
+def _describe(name: str) -> str:
+    prefix = name.split("/", 1)[0] + "/"
+    text, kind = _PER_OP[prefix] if prefix in _PER_OP else _KERNEL_COUNTERS[name]
+    return registry.labelled(text, kind)
+
+
+def _counts(acc: Accounting) -> dict[str, int]:
+    """The accounting's counters: C++ call counts joined with the Python accounting."""
     stats = _C._accounting_stats()
-    per_op = {
-        op: {"calls": calls, "signatures": len(acc.op_signatures.get(op, ())), "misses": acc.op_misses.get(op, 0)}
-        for op, (calls, _) in sorted(stats["ops"].items())
+    calls = {op: n for op, (n, _) in stats["ops"].items()}
+    host_calls = sum(calls.get(op, 0) for op in acc.host_ops_run)
+    out = {
+        "kernel.calls": stats["calls"],
+        # C++ counts repeats of host ops too; they are host calls, not cache hits.
+        "kernel.in_process_hits": stats["repeats"] - (host_calls - acc.host_first_calls) + acc.reloaded,
+        "kernel.disk_hits": acc.disk_hits,
+        "kernel.misses": acc.misses,
+        "kernel.host_fallback_calls": host_calls,
+        "kernel.unique_signatures": sum(len(keys) for keys in acc.op_signatures.values()),
+        "kernel.corrupt_entries_rewritten": acc.corrupt,
     }
-    host_calls = sum(stats["ops"][op][0] for op in acc.host_ops_run if op in stats["ops"])
-    # C++ counts repeats of host ops too; they are host calls, not cache hits.
-    in_process_hits = stats["repeats"] - (host_calls - acc.host_first_calls) + acc.reloaded
+    out.update({f"op_calls/{op}": n for op, n in calls.items()})
+    out.update({f"op_signatures/{op}": len(keys) for op, keys in acc.op_signatures.items()})
+    out.update({f"op_misses/{op}": n for op, n in acc.op_misses.items()})
+    return out
+
+
+def register_sources(current: Callable[[], Accounting]) -> None:
+    """Report the accounting (whichever object is current) into the metrics registry."""
+    registry.register_source("accounting", registry.Source(
+        read=lambda: _counts(current()), describe=_describe, reset=lambda: _reset_counts(current())))
+
+
+def snapshot(acc: Accounting, enabled: bool) -> dict:
+    """The schema-versioned snapshot, read from the metrics registry."""
+    counts = registry.counters()
+    per_op = {
+        op: {"calls": n, "signatures": counts.get(f"op_signatures/{op}", 0),
+             "misses": counts.get(f"op_misses/{op}", 0)}
+        for op, n in sorted((name.split("/", 1)[1], n) for name, n in counts.items()
+                            if name.startswith("op_calls/"))
+    }
+    in_process_hits = counts["kernel.in_process_hits"]
     entries, size = acc.cache.usage() if acc.cache is not None else (0, 0)
     return {
         "schema": SCHEMA_VERSION,
         "pid": os.getpid(),
         "accounting_enabled": enabled,
         "kernels": {
-            "calls": stats["calls"],
-            "hits": in_process_hits + acc.disk_hits,
+            "calls": counts["kernel.calls"],
+            "hits": in_process_hits + counts["kernel.disk_hits"],
             "in_process_hits": in_process_hits,
-            "disk_hits": acc.disk_hits,
-            "misses": acc.misses,
-            "host_fallback_calls": host_calls,
-            "unique_signatures": sum(len(keys) for keys in acc.op_signatures.values()),
-            "corrupt_entries_rewritten": acc.corrupt,
+            "disk_hits": counts["kernel.disk_hits"],
+            "misses": counts["kernel.misses"],
+            "host_fallback_calls": counts["kernel.host_fallback_calls"],
+            "unique_signatures": counts["kernel.unique_signatures"],
+            "corrupt_entries_rewritten": counts["kernel.corrupt_entries_rewritten"],
             "per_op": per_op,
         },
-        "estimated_compile_seconds": acc.misses * acc.compile_seconds,
+        "estimated_compile_seconds": counts["kernel.misses"] * acc.compile_seconds,
         "compile_seconds_per_kernel_estimate": acc.compile_seconds,
         "neff_cache": {
             "enabled": acc.cache is not None,
@@ -74,10 +131,14 @@ def snapshot(acc: Accounting, enabled: bool) -> dict:
     }
 
 
-def reset(acc: Accounting) -> None:
+def _reset_counts(acc: Accounting) -> None:
     _C._reset_accounting()
     acc.reset()
     acc.tracker.clear()
+
+
+def reset(acc: Accounting) -> None:
+    _reset_counts(acc)
     for i in range(torch.neuron.device_count()):
         torch.neuron.reset_peak_memory_stats(i)
 

@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import contextlib
 
-import torch
-
 from .. import _C
-from ..runtime.config import env_choice
+from ..runtime import settings
 
-MODES = ("off", "narrow", "strict")
+MODES = settings.setting("TORCHNEURON_64BIT").choices  # ("off", "narrow", "strict")
 
 
 def mode_from_env() -> str:
-    return env_choice("TORCHNEURON_64BIT", MODES, "narrow")
+    return settings.get_choice("TORCHNEURON_64BIT")
 
 
 def set_64bit_mode(mode: str) -> None:
@@ -39,22 +37,3 @@ def narrowing_suspended():
         yield
     finally:
         _C._suspend_narrowing(False)
-
-
-def install_print_hook() -> None:
-    """Format neuron tensors with narrowing suspended.
-
-    ``print(t)`` computes ratios of the values in float64 on the tensor's own
-    device (``torch._tensor_str``). Narrowing those temporaries would raise the
-    one-time "a 64-bit value changed" warning for a tensor that has no 64-bit
-    value at all, and change nothing the user sees.
-    """
-    original = torch._tensor_str._tensor_str
-
-    def _tensor_str(self, indent):
-        if self.device.type != "neuron":
-            return original(self, indent)
-        with narrowing_suspended():
-            return original(self, indent)
-
-    torch._tensor_str._tensor_str = _tensor_str

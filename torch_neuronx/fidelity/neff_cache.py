@@ -18,7 +18,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from .logging import get_logger
+from ..runtime.log import get_logger
 
 FORMAT = 1
 _LOCK_TIMEOUT_S = 60.0
@@ -29,12 +29,6 @@ class Outcome(enum.Enum):
     HIT = "hit"          # a valid entry was already there
     MISS = "miss"        # no entry: this process "compiles" and writes one
     CORRUPT = "corrupt"  # an unreadable entry: counted as a miss and rewritten
-
-
-def default_dir() -> Path:
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("torchneuron")) / "neff"
 
 
 class NeffCache:

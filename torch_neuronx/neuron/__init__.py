@@ -3,7 +3,8 @@
 The API follows ``torch.cuda`` and the real TorchNeuron product, so code
 written for either (Transformers, Accelerate, FSDP2, DeviceMesh) works
 unchanged. Device management lives here; random state, streams and memory
-have their own modules and are re-exported.
+have their own modules and are re-exported. The compile layer adds its
+entries (``get_dynamo_metrics``, Inductor's device hooks) when it installs.
 """
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from typing import Any
 import torch
 
 from .. import _C
+from ..runtime import settings
 from ..runtime.profiles import Topology
+from .device_index import current_device, device_count  # noqa: F401
+from .device_index import index as _index
 from .memory import (  # noqa: F401  (re-exported API)
     empty_cache,
     max_memory_allocated,
@@ -48,21 +52,27 @@ from .streams import (  # noqa: F401
     stream,
 )
 from . import memory  # noqa: F401  (torch.neuron.memory, as in the real product)
-from ..compile.metrics import get_dynamo_metrics, reset_dynamo_metrics  # noqa: F401
-from ..compile.inductor_device import (  # noqa: F401  (Inductor's device hooks: a clear refusal)
-    CppWrapperCodegen,
-    PythonWrapperCodegen,
-    Scheduling,
-    WrapperFxCodegen,
-)
 
 _topology: Topology | None = None
 
 
 def _set_topology(topology: Topology) -> None:
-    """Called once at import by torch_neuronx with the resolved topology."""
     global _topology
     _topology = topology
+
+
+def _configure(topology: Topology, hbm_per_core: int | None = None) -> None:
+    """Apply a topology and the device settings to the C++ core: the one place
+    device configuration happens (at import and in ``torch_neuronx.reconfigure``).
+
+    ``hbm_per_core`` overrides the profile's capacity (a what-if for smaller cores).
+    """
+    _C._set_fused_attention(settings.get_flag("TORCH_NEURONX_ENABLE_NKI_SDPA"))
+    _C._install_host_pool(settings.get_int("TORCHNEURON_HOST_POOL_MB") * 2**20)
+    _C._configure_devices(topology.device_count, hbm_per_core or topology.hbm_per_core)
+    if topology.device_count:
+        _C._set_default_device(topology.default_device)
+    _set_topology(topology)
 
 
 def topology() -> Topology:
@@ -89,42 +99,11 @@ class NeuronDeviceProperties:
         )
 
 
-def _index(device: Any = None, optional: bool = True) -> int:
-    """Normalise an int / str / torch.device / None to a checked core index."""
-    if device is None:
-        return current_device()
-    if isinstance(device, str):
-        device = torch.device(device)
-    if isinstance(device, torch.device):
-        if device.type != "neuron":
-            raise ValueError(f"Expected a neuron device, got {device}")
-        if device.index is None:
-            return current_device()
-        device = device.index
-    if not isinstance(device, int):
-        raise TypeError(f"Invalid device {device!r}: expected an int, str or torch.device")
-    count = device_count()
-    if not 0 <= device < count:
-        raise RuntimeError(
-            f"Invalid neuron device index {device}: this process sees {count} logical "
-            f"NeuronCore(s) (valid indices 0..{count - 1})."
-        )
-    return device
-
-
 def is_available() -> bool:
     try:
         return device_count() > 0
     except Exception:
         return False
-
-
-def device_count() -> int:
-    return _C._device_count()
-
-
-def current_device() -> int:
-    return _C._current_device()
 
 
 def set_device(device: Any) -> None:

@@ -3,7 +3,8 @@
 Each logical core has the HBM of the instance profile; every neuron tensor is
 charged to its core, so these figures are what the job would use on Trainium.
 Emulated HBM is not cached: reserved equals allocated (only the host memory
-behind large tensors is pooled for reuse, see ``empty_cache``).
+behind large tensors is pooled for reuse, see ``empty_cache``; its figures are
+the ``host_pool.*`` keys of ``memory_stats`` and counters of the metrics registry).
 """
 from __future__ import annotations
 
@@ -11,16 +12,34 @@ from typing import Any
 
 import torch
 
+from ..runtime import metrics_registry
+from .. import _C
+from .device_index import as_device as _dev
 
-def _dev(device: Any) -> torch.device:
-    from . import _index
+_HOST_POOL = {name: metrics_registry.labelled(text, metrics_registry.HOST) for name, text in {
+    "host_pool.hits": "freed large-tensor host blocks reused from the pool",
+    "host_pool.misses": "large-tensor host blocks the pool could not serve (allocated from the system)",
+    "host_pool.cached_bytes": "host bytes held in the pool for reuse (a level, not a count)",
+    "host_pool.limit_bytes": "most host bytes the pool may hold, TORCHNEURON_HOST_POOL_MB (a level)",
+}.items()}
 
-    return torch.device("neuron", _index(device))
+
+def _host_pool_counts() -> dict[str, int]:
+    return {f"host_pool.{k}": v for k, v in _C._host_pool_stats().items()}
+
+
+metrics_registry.register_source("host_pool", metrics_registry.Source(
+    _host_pool_counts, _HOST_POOL.__getitem__,
+    gauges=frozenset({"host_pool.cached_bytes", "host_pool.limit_bytes"})))
 
 
 def memory_stats(device: Any = None) -> dict[str, Any]:
-    """Flat ``torch.cuda``-style keys, e.g. ``allocated_bytes.all.current``."""
-    return dict(torch.accelerator.memory_stats(_dev(device)))
+    """Flat ``torch.cuda``-style keys, e.g. ``allocated_bytes.all.current``, plus the
+    process-wide host pool (``host_pool.hits`` / ``misses`` / ``cached_bytes`` /
+    ``limit_bytes``: host measurements, shared by all cores)."""
+    stats = dict(torch.accelerator.memory_stats(_dev(device)))
+    stats.update({name: metrics_registry.counter_value(name) for name in _HOST_POOL})
+    return stats
 
 
 def memory_allocated(device: Any = None) -> int:

@@ -10,17 +10,11 @@ from typing import Any, Iterable
 import torch
 
 from .. import _C
-
-
-def _idx(device: Any) -> int:
-    from . import _index
-
-    return _index(device)
+from .device_index import device_count
+from .device_index import index as _idx
 
 
 def default_generators() -> tuple[torch.Generator, ...]:
-    from . import device_count
-
     return tuple(_C._default_generator(i) for i in range(device_count()))
 
 

@@ -11,11 +11,7 @@ from typing import Any, Iterator
 
 import torch
 
-
-def _device(device: Any) -> torch.device:
-    from . import _index
-
-    return torch.device("neuron", _index(device))
+from .device_index import as_device as _device
 
 
 class _NeuronKind(type):

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import logging
 
-from ..runtime.config import ConfigError, env_str
+from . import settings
+from .errors import ConfigError
 
 LOGGER_NAME = "torch_neuronx"
 _NUMERIC_LEVELS = {"0": logging.ERROR, "1": logging.WARNING, "2": logging.INFO, "3": logging.DEBUG}
 
 
 def _level_from_env() -> int:
-    raw = env_str("TORCH_NEURONX_LOG_LEVEL", "1")
+    raw = settings.get_str("TORCH_NEURONX_LOG_LEVEL")
     if raw in _NUMERIC_LEVELS:
         return _NUMERIC_LEVELS[raw]
     level = logging.getLevelName(raw.upper())

@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from .config import ConfigError, env_int, env_str
+from . import settings
+from .errors import ConfigError
 
 GiB = 1024**3
-DEFAULT_INSTANCE = "trn2.3xlarge"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +70,7 @@ class Topology:
 
 
 def get_profile(name: str | None = None) -> InstanceProfile:
-    name = name or env_str("TORCHNEURON_INSTANCE", DEFAULT_INSTANCE)
+    name = name or settings.get_str("TORCHNEURON_INSTANCE")
     try:
         return PROFILES[name]
     except KeyError:
@@ -109,7 +109,7 @@ def parse_core_list(text: str, limit: int) -> list[int]:
 def resolve_topology(profile: InstanceProfile | None = None) -> Topology:
     """Work out the cores of this process from the profile and the environment."""
     profile = profile or get_profile()
-    lnc = env_int("NEURON_LOGICAL_NC_CONFIG", profile.default_lnc)
+    lnc = settings.get_int("NEURON_LOGICAL_NC_CONFIG", profile.default_lnc)
     if lnc not in (1, 2):
         raise ConfigError(f"NEURON_LOGICAL_NC_CONFIG={lnc} is invalid: only 1 or 2 are supported")
     if lnc not in profile.allowed_lnc:
@@ -118,8 +118,8 @@ def resolve_topology(profile: InstanceProfile | None = None) -> Topology:
             f"(allowed: {', '.join(map(str, profile.allowed_lnc))})"
         )
     total = profile.logical_cores(lnc)
-    local_world = env_int("LOCAL_WORLD_SIZE", None)
-    local_rank = env_int("LOCAL_RANK", None)
+    local_world = settings.get_int("LOCAL_WORLD_SIZE")
+    local_rank = settings.get_int("LOCAL_RANK")
     if local_world is not None and local_rank is not None and local_world > 1:
         # torchrun: one logical core per process, indexed by the local rank.
         if local_world > total:
@@ -131,11 +131,9 @@ def resolve_topology(profile: InstanceProfile | None = None) -> Topology:
         os.environ.setdefault("NEURON_RT_VISIBLE_CORES", str(local_rank))
         return Topology(profile, lnc, local_world, profile.hbm_per_logical_core(lnc),
                         local_rank, True)
-    visible = env_str("NEURON_RT_VISIBLE_CORES", None)
+    visible = settings.get_str("NEURON_RT_VISIBLE_CORES")
     count = len(parse_core_list(visible, total)) if visible else total
-    num_cores = env_int("NEURON_RT_NUM_CORES", 0)
-    if num_cores < 0:
-        raise ConfigError(f"NEURON_RT_NUM_CORES={num_cores} must be >= 0 (0 means all)")
+    num_cores = settings.get_int("NEURON_RT_NUM_CORES")
     if num_cores:
         if num_cores > count:
             raise ConfigError(

@@ -1,50 +1,266 @@
-"""Typed reads of the environment variables the project honours.
+"""Every environment variable the project reads, declared once, with typed getters.
+
+In the spirit of torch_xla's ``env_vars.h`` and Accelerate's
+``parse_flag_from_env``: a variable is read only through this registry, so its
+name, aliases, type, default and meaning live in one place, and
+``docs/configuration.md`` is generated from it::
+
+    python -m torch_neuronx.runtime.settings --markdown > docs/configuration.md
 
 Names follow the real product where one exists (``NEURON_*``,
-``TORCH_NEURONX_*``); project-only switches are prefixed ``TORCHNEURON_``.
-Every variable is listed, with its default, in ``docs/configuration.md``.
+``TORCH_NEURONX_*``, origin ``product``); project-only switches are prefixed
+``TORCHNEURON_`` (origin ``ours``). Variables owned by PyTorch, torchrun or
+other libraries are declared too when the project reads or sets them.
 """
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import os
+from typing import Any
+
+from .errors import ConfigError
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+ORIGINS = {
+    "product": "the real TorchNeuron / Neuron runtime's name",
+    "ours": "this project only",
+    "pytorch": "PyTorch's own",
+    "torchrun": "set by torchrun",
+    "external": "another library's, set or read by our tools",
+}
 
 
-class ConfigError(ValueError):
-    """An environment variable has a value the runtime cannot use."""
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    name: str
+    kind: str  # flag | int | float | str | choice | list
+    default: Any
+    help: str
+    origin: str
+    read_by: str  # the module that reads it (shown in the docs)
+    aliases: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    default_text: str | None = None  # the docs' wording when the default is computed
+
+    def raw(self) -> tuple[str, str] | None:
+        """(name, value) of the first of the name and its aliases that is set."""
+        for name in (self.name, *self.aliases):
+            value = os.environ.get(name)
+            if value is not None:
+                return name, value
+        return None
+
+    def parse(self, name: str, raw: str) -> Any:
+        text = raw.strip()
+        if self.kind == "flag":
+            if text.lower() in _TRUE:
+                return True
+            if text.lower() in _FALSE:
+                return False
+            raise ConfigError(f"{name}={raw!r} is not a boolean; use 1/0, true/false, yes/no or on/off")
+        if text == "":
+            return None  # empty means unset for every non-flag kind
+        if self.kind in ("int", "float"):
+            try:
+                value = int(text) if self.kind == "int" else float(text)
+            except ValueError:
+                value = None
+            if value is None or value != value or (self.minimum is not None and value < self.minimum):
+                what = "integer" if self.kind == "int" else "number"
+                if self.minimum == 0:
+                    what = f"a non-negative {what}"
+                elif self.minimum is not None:
+                    what = f"a {what} >= {self.minimum:g}"
+                else:
+                    what = f"an {what}" if self.kind == "int" else f"a {what}"
+                raise ConfigError(f"{name}={raw!r} is not {what}")
+            return value
+        if self.kind == "choice":
+            if text.lower() not in self.choices:
+                raise ConfigError(f"{name}={text.lower()!r} is not one of {', '.join(self.choices)}")
+            return text.lower()
+        if self.kind == "list":
+            return tuple(item.strip() for item in text.split(",") if item.strip())
+        return text
 
 
-def env_flag(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ConfigError(f"{name}={raw!r} is not a boolean; use 1/0, true/false, yes/no or on/off")
+_S = Setting
+REGISTRY: dict[str, Setting] = {s.name: s for s in (
+    # --- topology (runtime/profiles.py) -----------------------------------
+    _S("TORCHNEURON_INSTANCE", "str", "trn2.3xlarge",
+       "instance profile: `trn1.2xlarge`, `trn1.32xlarge`, `trn2.3xlarge`, `trn2.48xlarge`, `trn3` "
+       "([device](device.md)); `torch_neuronx.reconfigure(instance=...)` switches it in a running process",
+       "ours", "runtime/profiles.py"),
+    _S("NEURON_LOGICAL_NC_CONFIG", "int", None,
+       "logical NeuronCore config; only 1 or 2, anything else is an error", "product",
+       "runtime/profiles.py", default_text="profile's (2 on trn2/trn3, 1 on trn1)"),
+    _S("NEURON_RT_VISIBLE_CORES", "str", None,
+       "cores of this process, e.g. `0-3` or `0,2`; under torchrun set to `LOCAL_RANK` when unset",
+       "product", "runtime/profiles.py", default_text="all"),
+    _S("NEURON_RT_NUM_CORES", "int", 0, "number of cores of this process (`0`: all)", "product",
+       "runtime/profiles.py", minimum=0),
+    _S("LOCAL_RANK", "int", None,
+       "one core per rank: device index = local rank ([distributed](distributed.md))", "torchrun",
+       "runtime/profiles.py", default_text="set by torchrun"),
+    _S("LOCAL_WORLD_SIZE", "int", None,
+       "ranks on this node: `device_count()` = local world size", "torchrun", "runtime/profiles.py",
+       default_text="set by torchrun"),
+    _S("RANK", "str", None, "global rank, named in the fault report of a failed collective", "torchrun",
+       "distributed/faults.py", default_text="set by torchrun"),
+    # --- device (neuron/__init__.py -> C++ core) ---------------------------
+    _S("TORCH_NEURONX_ENABLE_NKI_SDPA", "flag", True,
+       "`scaled_dot_product_attention` runs as one fused flash kernel when the inputs allow it "
+       "(CPU's rules, incl. `torch.nn.attention.sdpa_kernel`); `0`: always the math decomposition "
+       "([device](device.md))", "product", "neuron/__init__.py → csrc/NeuronAttention.cpp"),
+    _S("TORCHNEURON_HOST_POOL_MB", "int", 1024,
+       "most host memory (MiB) kept in the pool of freed large-tensor blocks for reuse; `0`: none kept "
+       "([device](device.md#memory))", "ours", "neuron/__init__.py → csrc/NeuronHostPool.cpp", minimum=0),
+    # --- caches (runtime/cache_dirs.py) ------------------------------------
+    _S("TORCH_NEURONX_NEFF_CACHE_DIR", "str", None,
+       "persistent per-shape kernel cache; compiled graphs go to `compile/` inside it, or beside the "
+       "default one ([fidelity](fidelity.md), [compile](compile.md))", "product", "runtime/cache_dirs.py",
+       default_text="`<user cache dir>/torchneuron/neff`"),
+    _S("TORCH_NEURONX_NEFF_DISABLE_CACHE", "flag", False,
+       "`1`: no persistent cache, neither for eager kernels nor for compiled graphs", "product",
+       "runtime/cache_dirs.py", aliases=("TORCH_NEURONX_DISABLE_NEFF_CACHE",)),
+    _S("TORCHINDUCTOR_CACHE_DIR", "str", None, "where Inductor keeps compiled graphs", "pytorch",
+       "compile/cache.py", default_text="set to the compile cache directory unless given"),
+    _S("TORCHNEURON_CHOSEN_INDUCTOR_CACHE_DIR", "str", None,
+       "internal: the `TORCHINDUCTOR_CACHE_DIR` we chose, so a child process given another "
+       "`TORCH_NEURONX_NEFF_CACHE_DIR` follows its own", "ours", "compile/cache.py",
+       default_text="set by us"),
+    # --- fidelity ----------------------------------------------------------
+    _S("NEURON_CC_FLAGS", "str", "", "compiler flags; part of every kernel signature", "product",
+       "fidelity/accounting.py"),
+    _S("NEURON_COMPILER_OPT_LEVEL", "str", "-O1", "compiler optimisation level; part of every kernel signature",
+       "product", "fidelity/accounting.py"),
+    _S("TORCHNEURON_KERNEL_ACCOUNTING", "flag", True,
+       "`0` turns per-signature accounting and op tracking off", "ours", "fidelity/accounting.py"),
+    _S("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL", "float", 2.0,
+       "per-kernel compile cost behind the **estimated** compile time", "ours", "fidelity/accounting.py",
+       minimum=0),
+    _S("TORCHNEURON_HOST_OPS", "list", None, "comma-separated ops reported as host (CPU) fallbacks", "ours",
+       "fidelity/host_ops.py", default_text="linalg decompositions"),
+    _S("TORCHNEURON_64BIT", "choice", "narrow",
+       "`narrow`: int64 wraps as int32, float64 has float32 precision (warn once); `strict`: raise; "
+       "`off`: keep 64-bit values", "ours", "fidelity/narrowing.py", choices=("off", "narrow", "strict")),
+    _S("TORCH_NEURONX_METRICS_DIR", "str", None, "write `metrics-<pid>.json` / `.csv` at exit", "product",
+       "fidelity/__init__.py"),
+    _S("TORCH_NEURONX_LOG_LEVEL", "str", "1", "`0` error … `3` debug, or a logging level name", "product",
+       "runtime/log.py"),
+    # --- compile -------------------------------------------------------------
+    _S("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "flag", True,
+       "`0`: a graph that fails to compile runs eagerly instead of raising", "product", "compile/backend.py"),
+    # --- read outside the package -----------------------------------------
+    _S("TORCH_DEVICE_BACKEND_AUTOLOAD", "flag", True,
+       "`0` stops `import torch` from loading the backend (then `import torch_neuronx`)", "pytorch",
+       "PyTorch"),
+    _S("TORCHNEURON_FULL_OPINFO", "flag", False, "run the whole OpInfo database, not the default subset",
+       "ours", "tests/test_opinfo.py"),
+    _S("TORCHNEURON_OPINFO_LOG", "str", None, "append one JSON line per OpInfo sample to this file", "ours",
+       "tests/test_opinfo.py"),
+    _S("TORCHNEURON_BENCH_XLA_VENV", "str", None, "virtualenv holding torch_xla for the `xla` benchmark rows",
+       "ours", "benchmarks/xla_env.py", default_text="`.venv-xla` in the repository"),
+    _S("PJRT_DEVICE", "str", None, "torch_xla's device; the `xla` benchmark rows set `CPU`", "external",
+       "benchmarks/adapters.py"),
+    _S("WORLD_SIZE", "int", 1, "ranks of the job, read by the distributed examples", "torchrun",
+       "examples/diffusion_tp.py"),
+)}
 
 
-def env_int(name: str, default: int | None) -> int | None:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
+def setting(name: str) -> Setting:
     try:
-        return int(raw.strip())
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"{name} is not declared in torch_neuronx/runtime/settings.py") from None
 
 
-def env_str(name: str, default: str | None) -> str | None:
-    raw = os.environ.get(name)
-    return default if raw is None or raw.strip() == "" else raw.strip()
+_DECLARED = object()  # "use the registry's default"
 
 
-def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
-    value = (env_str(name, default) or default).lower()
-    if value not in choices:
-        raise ConfigError(f"{name}={value!r} is not one of {', '.join(choices)}")
-    return value
+def _get(name: str, kind: str, default: Any) -> Any:
+    spec = setting(name)
+    if spec.kind != kind:
+        raise TypeError(f"{name} is declared as {spec.kind!r}, not {kind!r}")
+    found = spec.raw()
+    value = None if found is None else spec.parse(*found)
+    if value is not None:
+        return value
+    return spec.default if default is _DECLARED else default
+
+
+def get_flag(name: str, default: Any = _DECLARED) -> bool:
+    return _get(name, "flag", default)
+
+
+def get_int(name: str, default: Any = _DECLARED) -> int | None:
+    return _get(name, "int", default)
+
+
+def get_float(name: str, default: Any = _DECLARED) -> float | None:
+    return _get(name, "float", default)
+
+
+def get_str(name: str, default: Any = _DECLARED) -> str | None:
+    return _get(name, "str", default)
+
+
+def get_choice(name: str, default: Any = _DECLARED) -> str:
+    return _get(name, "choice", default)
+
+
+def get_list(name: str, default: Any = _DECLARED) -> tuple[str, ...] | None:
+    return _get(name, "list", default)
+
+
+def markdown() -> str:
+    """``docs/configuration.md``: the registry as a table."""
+    lines = [
+        "# Configuration: environment variables",
+        "",
+        "<!-- Generated from torch_neuronx/runtime/settings.py by",
+        "     `python -m torch_neuronx.runtime.settings --markdown > docs/configuration.md`;",
+        "     tests/test_settings.py fails when this file and the registry disagree. -->",
+        "",
+        "Every variable the project reads is declared once, in `torch_neuronx/runtime/settings.py`, and",
+        "read only through it. Names follow the real TorchNeuron product where one exists (`NEURON_*`,",
+        "`TORCH_NEURONX_*`); project-only switches start with `TORCHNEURON_`. Origins: "
+        + "; ".join(f"**{k}**: {v}" for k, v in ORIGINS.items()) + ".",
+        "",
+        "| variable | type | default | origin | read by | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in REGISTRY.values():
+        name = f"`{s.name}`" + (f" (alias {', '.join(f'`{a}`' for a in s.aliases)})" if s.aliases else "")
+        kind = s.kind if not s.choices else " / ".join(f"`{c}`" for c in s.choices)
+        if s.minimum is not None:
+            kind += f" ≥ {s.minimum:g}"
+        if s.default_text is not None:
+            default = s.default_text
+        elif s.kind == "flag":
+            default = f"`{int(s.default)}`"
+        elif s.default is None:
+            default = "unset"
+        else:
+            default = f"`{s.default!r}`" if s.default == "" else f"`{s.default}`"
+        lines.append(f"| {name} | {kind} | {default} | {s.origin} | `{s.read_by}` | {s.help} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="The environment variables of TorchNeuron-OSS.")
+    parser.add_argument("--markdown", action="store_true", help="print docs/configuration.md")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown(), end="")
+    else:
+        for s in REGISTRY.values():
+            found = s.raw()
+            print(f"{s.name}={found[1] if found else ''}  ({s.kind}, {s.origin})")
+
+
+if __name__ == "__main__":
+    main()
