@@ -15,6 +15,8 @@ import time
 
 import torch.distributed as dist
 
+from ..runtime import settings
+
 
 class DistributedFault(RuntimeError):
     """A collective failed because a peer rank died, raised or stalled."""
@@ -37,7 +39,7 @@ class PeerTable:
         self.store = store
         self.rank = rank
         self.host = socket.gethostname()
-        me = f"{self.host}|{os.getpid()}|{os.environ.get('RANK', rank)}"
+        me = f"{self.host}|{os.getpid()}|{settings.get_str('RANK', str(rank))}"
         store.set(f"neuron_peer/{rank}", me)
         raw = store.multi_get([f"neuron_peer/{r}" for r in range(size)])
         self.peers = [bytes(v).decode().split("|") for v in raw]
