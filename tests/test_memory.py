@@ -138,9 +138,8 @@ def test_pin_memory_and_is_pinned():
 
 
 def _pool():
-    import torch_neuronx
-
-    return torch_neuronx._C._host_pool_stats()
+    stats = torch.neuron.memory_stats()
+    return {k: stats[f"host_pool.{k}"] for k in ("hits", "misses", "cached_bytes", "limit_bytes")}
 
 
 def test_host_memory_of_large_results_is_reused_not_refaulted():
@@ -173,8 +172,8 @@ def test_host_pool_limit_from_environment():
         "a = torch.randn(512, 512, device='neuron')\n"
         "for _ in range(3):\n"
         "    assert torch.equal((a @ a).cpu(), a.cpu() @ a.cpu())\n"
-        "s = torch_neuronx._C._host_pool_stats()\n"
-        "print(s['limit_bytes'], s['cached_bytes'], s['hits'])\n"
+        "s = torch.neuron.memory_stats()\n"
+        "print(s['host_pool.limit_bytes'], s['host_pool.cached_bytes'], s['host_pool.hits'])\n"
     )
     import os
 
