@@ -1,0 +1,64 @@
+"""Lists in the docs that are data must match the code: the fast-path ops and the
+ops routed to their CPU kernel instead of a decomposition (docs/device.md).
+(The settings table is checked in test_settings.py.)"""
+import re
+from pathlib import Path
+
+import torch
+
+import torch_neuronx
+
+DEVICE_MD = Path(__file__).resolve().parents[1] / "docs" / "device.md"
+
+
+def _documented(marker: str) -> set[str]:
+    text = DEVICE_MD.read_text(encoding="utf-8")
+    block = re.search(rf"<!-- {marker} -->(.*?)<!-- /{marker} -->", text, re.S)
+    assert block, f"docs/device.md has no {marker} block"
+    return set(re.findall(r"`([^`]+)`", block.group(1)))
+
+
+def _qualified(name: str) -> str:
+    return name if name.startswith("aten::") else f"aten::{name}"
+
+
+def _privateuse1_registration(op: str) -> str | None:
+    """Where the op's PrivateUse1 kernel was registered (file:line), if it has its own."""
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(op, "PrivateUse1"):
+        return None
+    table = torch._C._dispatch_dump_table(op)
+    found = re.search(r"^PrivateUse1: registered at (\S+) \[kernel\]", table, re.M)
+    return found.group(1) if found else None
+
+
+def test_fast_path_ops_match_the_docs():
+    assert _documented("fast-path-ops") == set(torch_neuronx._C._fast_path_ops())
+
+
+def test_bit_exact_ops_match_the_dispatcher():
+    documented = {_qualified(n) for n in _documented("bit-exact-ops")}
+    sites = set()
+    for op in documented:
+        # Each has CPU's kernel and a device-generic decomposition PyTorch would pick...
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "CPU"), op
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(op, "CompositeExplicitAutograd"), op
+        # ...and a neuron kernel of its own, the route to the CPU kernel.
+        site = _privateuse1_registration(op)
+        assert site is not None, f"{op} has no PrivateUse1 kernel: it would decompose"
+        sites.add(site)
+    # Nothing else is registered where these are (the routing table), so the list is complete.
+    routed = {
+        op for op in torch._C._dispatch_get_all_op_names()
+        if op.startswith("aten::") and _privateuse1_registration(op) in sites
+    }
+    assert routed == documented
+
+
+def test_layer_norm_in_bfloat16_matches_cpu_bit_for_bit():
+    x = torch.randn(4, 33, 64, dtype=torch.bfloat16)
+    w, b = torch.randn(64, dtype=torch.bfloat16), torch.randn(64, dtype=torch.bfloat16)
+    expected = torch.nn.functional.layer_norm(x, (64,), w, b)
+    got = torch.nn.functional.layer_norm(x.to("neuron"), (64,), w.to("neuron"), b.to("neuron"))
+    assert torch.equal(got.cpu(), expected)
+    groups = torch.nn.functional.group_norm(x.to("neuron").transpose(1, 2), 8)
+    assert torch.equal(groups.cpu(), torch.nn.functional.group_norm(x.transpose(1, 2), 8))
