@@ -119,27 +119,45 @@ def _signatures_after_add() -> int:
     return torch_neuronx.metrics()["kernels"]["per_op"]["aten::add_.Tensor"]["signatures"]
 
 
+TOPOLOGY_ENV = ("TORCHNEURON_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_RT_VISIBLE_CORES",
+                "NEURON_RT_NUM_CORES", "LOCAL_WORLD_SIZE", "LOCAL_RANK")
+
+
 def test_reconfigure_switches_instance_capacity_and_signature_salt(monkeypatch):
-    original = torch.neuron.topology().profile.name
-    monkeypatch.setenv("TORCHNEURON_INSTANCE", original)  # restored after the test
+    before = torch.neuron.topology()
+    capacity = torch.neuron.get_device_properties(0).total_memory
     assert torch_neuronx.kernel_accounting_enabled()
     torch_neuronx.reset_metrics()
     assert _signatures_after_add() == _signatures_after_add() == 1
     try:
-        torch_neuronx.reconfigure(instance="trn1.2xlarge")
-        props = torch.neuron.get_device_properties(0)
-        assert (props.name, props.instance_type, props.logical_nc_config) == ("trn1", "trn1.2xlarge", 1)
-        assert props.total_memory == 16 * GiB and torch.neuron.device_count() == 2
-        assert (fidelity._accounting.config["target"], fidelity._accounting.config["logical_nc_config"]) == ("trn1", 1)
-        # The C++ signature salt follows: the same kernel is a new signature for trn1.
-        assert _signatures_after_add() == 2
-        torch_neuronx.reconfigure(hbm_per_core=GiB)
-        assert torch.neuron.get_device_properties(1).total_memory == GiB
-        assert torch.neuron.mem_get_info(1)[1] == GiB
-        with pytest.raises(ConfigError, match="not a known instance profile"):
-            torch_neuronx.reconfigure(instance="trn9.huge")
-        assert torch.neuron.get_device_properties(0).instance_type == "trn1.2xlarge"  # nothing changed
+        with monkeypatch.context() as env:
+            for name in TOPOLOGY_ENV:
+                env.delenv(name, raising=False)
+            torch_neuronx.reconfigure(instance="trn1.2xlarge")
+            assert torch.neuron.topology().profile.name == "trn1.2xlarge"
+            props = torch.neuron.get_device_properties(0)
+            assert (props.name, props.instance_type, props.logical_nc_config) == ("trn1", "trn1.2xlarge", 1)
+            assert props.total_memory == 16 * GiB and torch.neuron.device_count() == 2
+            assert (fidelity._accounting.config["target"],
+                    fidelity._accounting.config["logical_nc_config"]) == ("trn1", 1)
+            import os
+            assert os.environ["TORCHNEURON_INSTANCE"] == "trn1.2xlarge"  # child processes follow
+            # The C++ signature salt follows: the same kernel is a new signature for trn1.
+            assert _signatures_after_add() == 2
+            torch_neuronx.reconfigure(hbm_per_core=GiB)
+            assert torch.neuron.get_device_properties(1).total_memory == GiB
+            assert torch.neuron.mem_get_info(1)[1] == GiB
+            with pytest.raises(ConfigError, match="not a known instance profile"):
+                torch_neuronx.reconfigure(instance="trn9.huge")
+            assert os.environ["TORCHNEURON_INSTANCE"] == "trn1.2xlarge"  # nothing changed
+            assert torch.neuron.get_device_properties(0).instance_type == "trn1.2xlarge"
+            env.setenv("TORCHNEURON_INSTANCE", before.profile.name)
+            torch_neuronx.reconfigure()
+            # Back on the original target's salt: a signature already known.
+            assert _signatures_after_add() == 2
     finally:
-        torch_neuronx.reconfigure(instance=original)
-    assert torch.neuron.get_device_properties(0).instance_type == original
-    assert _signatures_after_add() == 2  # back on the original salt: a known signature
+        # Exactly the state before the test, whatever the environment says now.
+        neuron = torch.neuron
+        neuron._configure(before, capacity)
+        fidelity.reconfigure(before)
+    assert torch.neuron.topology() == before
