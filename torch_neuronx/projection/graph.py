@@ -22,7 +22,7 @@ from torch.utils._runtime_estimation import get_num_bytes
 from .calibration import Calibration
 from .hardware import DeviceModel
 from .kernel import tensors_in, roofline, work
-from .recording import OpRecorder
+from .recording import OpRecorder, op_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +71,7 @@ def project_graph(name: str, gm: torch.nn.Module, example_inputs, device: Device
         if engine == "none":
             return
         nodes += 1
-        op = str(func._schema.name)
+        op = op_name(func)
         cost = roofline(op, engine, flops, elements, 0, tensors_in((args, kwargs)), device, cal)
         engine_seconds[cost.engine] += cost.compute_seconds
         if flops:

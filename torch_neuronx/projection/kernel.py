@@ -31,11 +31,13 @@ aten = torch.ops.aten
 # CPU's fused attention kernels (what SDPA runs on the emulated device) count
 # as the flash kernels PyTorch has formulas for: same arguments, same work.
 _FLOP_ALIASES = {
-    "_scaled_dot_product_flash_attention_for_cpu": aten._scaled_dot_product_flash_attention,
-    "_scaled_dot_product_flash_attention_for_cpu_backward": aten._scaled_dot_product_flash_attention_backward,
-    "_scaled_dot_product_fused_attention_overrideable": aten._scaled_dot_product_flash_attention,
-    "_scaled_dot_product_fused_attention_overrideable_backward":
-        aten._scaled_dot_product_flash_attention_backward,
+    name: flop_registry[packet] for name, packet in (
+        ("_scaled_dot_product_flash_attention_for_cpu", aten._scaled_dot_product_flash_attention),
+        ("_scaled_dot_product_flash_attention_for_cpu_backward", aten._scaled_dot_product_flash_attention_backward),
+        ("_scaled_dot_product_fused_attention_overrideable", aten._scaled_dot_product_flash_attention),
+        ("_scaled_dot_product_fused_attention_overrideable_backward",
+         aten._scaled_dot_product_flash_attention_backward),
+    )
 }
 
 SCALAR_OPS = frozenset({
