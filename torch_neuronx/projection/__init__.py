@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 from .calibration import Calibration, CalibrationError, active_calibration, defaults, load_calibration
-from .collectives import CollectiveRecord, collective_seconds, link_for_ranks
+from .collectives import COLLECTIVE_LOG, CollectiveLog, CollectiveRecord, collective_seconds, link_for_ranks
 from .graph import GraphCost
 from .hardware import DeviceModel, device_model, price
 from .kernel import KernelCost, ProjectionError, engine_of
@@ -18,7 +18,7 @@ from .recording import ProjectionMode
 from .trace import chrome_trace, write_chrome_trace
 
 __all__ = [
-    "Calibration", "CalibrationError", "CollectiveRecord", "DeviceModel", "GraphCost", "KernelCost",
+    "COLLECTIVE_LOG", "Calibration", "CalibrationError", "CollectiveLog", "CollectiveRecord", "DeviceModel", "GraphCost", "KernelCost",
     "ProjectionError", "ProjectionMode", "Projector", "active_calibration", "chrome_trace",
     "collective_seconds", "defaults", "device_model", "engine_of", "get_projector", "link_for_ranks",
     "load_calibration", "price", "reset", "snapshot", "write_chrome_trace",
@@ -39,13 +39,16 @@ def get_projector() -> Projector:
 
 
 def snapshot(**kwargs) -> dict:
-    """``get_projector().snapshot(...)``: the JSON-serialisable projection ``metrics()``
-    and the pilot report (arguments as ``Projector.snapshot``)."""
+    """``get_projector().snapshot(...)``: the JSON-serialisable projection for ``metrics()``
+    and the pilot report (arguments as ``Projector.snapshot``; ``collectives`` defaults
+    to what this process's ``neuron`` process groups ran)."""
+    kwargs.setdefault("collectives", dict(COLLECTIVE_LOG.counts))
     return get_projector().snapshot(**kwargs)
 
 
 def reset() -> None:
-    """Forget projected signatures and graphs (with the rest of the metrics)."""
+    """Forget projected signatures, graphs and recorded collectives (with the rest of the metrics)."""
+    COLLECTIVE_LOG.clear()
     with _default_lock:
         if _default is not None:
             _default.reset()

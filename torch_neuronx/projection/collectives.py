@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
+from collections import Counter
 from collections.abc import Sequence
 
+import torch
+
+from ..runtime.config import env_int
 from .calibration import Calibration
-from .hardware import LINKS, DeviceModel
-from .kernel import ProjectionError
+from .hardware import LINKS, DeviceModel, device_model
+from .kernel import ProjectionError, tensor_bytes
 
 
 def _ring(r: int) -> tuple[float, int]:
@@ -90,3 +95,46 @@ def collective_seconds(record: CollectiveRecord, device: DeviceModel, cal: Calib
                               f"link_bytes_per_s.{record.link} in a calibration file")
     latency = cal.link_latency_seconds[record.link]
     return steps * latency + factor * record.nbytes / (bandwidth * cal.efficiency["link"])
+
+
+# the process group's operation names → the algorithm that projects them
+KIND_OF = {
+    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce", "reduce": "reduce",
+    "broadcast": "broadcast", "all_gather": "all_gather", "all_gather_coalesced": "all_gather",
+    "all_gather_into_tensor": "all_gather", "reduce_scatter": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter", "gather": "gather", "scatter": "scatter",
+    "all_to_all_single": "all_to_all", "barrier": "barrier",
+}
+_SHARD_RESULTS = {"reduce_scatter", "scatter"}  # results hold one rank's share of the buffer
+
+
+class CollectiveLog:
+    """How often this process ran each distinct collective (kind, bytes, group size,
+    link): the ``neuron`` process group records every collective here."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[CollectiveRecord] = Counter()
+        self._links: dict[tuple[int, ...], str] = {}
+        self._lock = threading.Lock()
+
+    def record(self, what: str, results: Sequence[torch.Tensor], group) -> CollectiveRecord:
+        import torch.distributed as dist
+
+        kind, size = KIND_OF[what], group.size()
+        nbytes = sum(tensor_bytes(t) for t in results) * (size if kind in _SHARD_RESULTS else 1)
+        ranks = tuple(dist.get_process_group_ranks(group))
+        link = self._links.get(ranks)
+        if link is None:
+            per_instance = env_int("LOCAL_WORLD_SIZE", None) or dist.get_world_size()
+            link = self._links[ranks] = link_for_ranks(ranks, per_instance, device_model())
+        rec = CollectiveRecord(kind, nbytes, size, link)
+        with self._lock:
+            self.counts[rec] += 1
+        return rec
+
+    def clear(self) -> None:
+        with self._lock:
+            self.counts.clear()
+
+
+COLLECTIVE_LOG = CollectiveLog()

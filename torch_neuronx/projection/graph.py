@@ -17,11 +17,10 @@ import torch
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_flatten
-from torch.utils._runtime_estimation import get_num_bytes
 
 from .calibration import Calibration
 from .hardware import DeviceModel
-from .kernel import tensors_in, roofline, work
+from .kernel import roofline, tensor_bytes, tensors_in, work
 from .recording import OpRecorder, op_name
 
 
@@ -52,7 +51,7 @@ def _unique_bytes(tree) -> int:
     for t in tree_flatten(tree)[0]:
         if isinstance(t, torch.Tensor) and id(t) not in seen:
             seen.add(id(t))
-            total += get_num_bytes(t)
+            total += tensor_bytes(t)
     return total
 
 

@@ -1,9 +1,11 @@
 """One kernel on one logical NeuronCore: its engine, work, bytes and roofline time.
 
-FLOPs come from PyTorch's own formulas (``torch.utils.flop_counter.flop_registry``)
-and bytes from ``torch.utils._runtime_estimation.get_num_bytes``, the same
-roofline ``torch.distributed._tools.runtime_estimator`` uses; what this module
-adds is Trainium's engine split. The op → engine mapping (docs/projection.md):
+FLOPs come from PyTorch's own formulas (``torch.utils.flop_counter.flop_registry``);
+bytes are counted as ``torch.utils._runtime_estimation.get_num_bytes`` counts
+them (broadcast dimensions read once), the roofline
+``torch.distributed._tools.runtime_estimator`` uses. That module is not
+imported: it pulls in Inductor, about 4 s, too slow for the eager path. What
+this module adds is Trainium's engine split. The op → engine mapping (docs/projection.md):
 
 - TensorE: every op with a PyTorch FLOP formula (matmuls, convolutions,
   attention), at the rate of its operands' dtype;
@@ -20,7 +22,6 @@ from math import prod
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
-from torch.utils._runtime_estimation import get_num_bytes
 from torch.utils.flop_counter import flop_registry
 
 from .calibration import Calibration
@@ -138,6 +139,11 @@ def _split_args(fn, args: tuple) -> tuple[tuple, dict]:
     return tuple(args[:n]), {a.name: v for a, v in zip(keyword, args[n:])}
 
 
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes a kernel touches in ``t``: a stride-0 (broadcast) dimension is read once."""
+    return prod(int(size) for size, stride in zip(t.shape, t.stride()) if stride != 0) * t.element_size()
+
+
 def tensors_in(tree) -> list[torch.Tensor]:
     return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
 
@@ -179,7 +185,7 @@ def work(fn, args: tuple, kwargs: dict, out) -> tuple[str, int, int, int]:
     inputs, outputs = tensors_in((args, kwargs)), tensors_in(out)
     if engine == "none":
         return engine, 0, 0, 0
-    nbytes = sum(get_num_bytes(t) for t in inputs) + sum(get_num_bytes(t) for t in outputs)
+    nbytes = sum(tensor_bytes(t) for t in inputs) + sum(tensor_bytes(t) for t in outputs)
     if engine == "tensor":
         return engine, int(flop_formula(fn)(*args, **kwargs, out_val=out)), 0, nbytes
     elements = max((prod(t.shape) for t in inputs + outputs), default=0)

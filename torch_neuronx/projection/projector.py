@@ -133,14 +133,16 @@ class Projector:
                 "flops": flops, "mfu": self.mfu(flops, seconds), "graphs": rows}
 
     # --- collectives, compilation, cost ----------------------------------------------------
-    def collectives_summary(self, records: Iterable[CollectiveRecord]) -> dict:
+    def collectives_summary(self, records: Iterable[CollectiveRecord] | Mapping[CollectiveRecord, int]) -> dict:
+        """Seconds of a list of collectives, or of a record → count mapping (``COLLECTIVE_LOG.counts``)."""
+        counted = records.items() if isinstance(records, Mapping) else ((r, 1) for r in records)
         by_kind: dict[str, dict] = defaultdict(lambda: {"calls": 0, "bytes": 0, "seconds": 0.0})
         by_link = defaultdict(float)
-        for rec in records:
-            s = collective_seconds(rec, self.device, self.calibration)
+        for rec, n in counted:
+            s = collective_seconds(rec, self.device, self.calibration) * n
             row = by_kind[rec.kind]
-            row["calls"] += 1
-            row["bytes"] += rec.nbytes
+            row["calls"] += n
+            row["bytes"] += rec.nbytes * n
             row["seconds"] += s
             by_link[rec.link] += s
         return {"label": LABEL, "seconds": sum(by_link.values()), "by_kind": dict(by_kind),
@@ -184,7 +186,7 @@ class Projector:
             self.graphs.clear()
 
     def snapshot(self, calls: Mapping[str, int] | None = None, graph_runs: Mapping[str, int] | None = None,
-                 collectives: Iterable[CollectiveRecord] = (), compiles: Mapping | None = None,
+                 collectives: Iterable[CollectiveRecord] | Mapping[CollectiveRecord, int] = (), compiles: Mapping | None = None,
                  steps: int | None = None, price_per_hour: float | None = None) -> dict:
         """One JSON-serialisable projection of a run, for ``metrics()``, the pilot and
         the benchmarks. ``compiles`` holds ``compile_summary``'s arguments; with
