@@ -449,3 +449,21 @@ def test_the_neuron_process_group_records_its_collectives():
     assert snap["collectives"]["seconds"] == 0  # a group of one moves nothing
     P.reset()
     assert not P.COLLECTIVE_LOG.counts
+
+
+def test_op_overrides_match_without_the_overload_and_reach_dma(tmp_path):
+    cal = calibration_file(tmp_path, ops={"aten::add": {"engine": "scalar", "launch_seconds": 0},
+                                          "aten::cat": {"efficiency": 0.1}})
+    proj = P.Projector("trn2.3xlarge", calibration=cal)
+    add = proj.add_signature("aten::add.Tensor", "add", (meta(1 << 20), meta(1 << 20), 1))
+    assert add.engine == "scalar" and proj.launch_seconds(add) == 0
+    cat = proj.add_signature("aten::cat", "cat", ([meta(1 << 20), meta(1 << 20)], 0))
+    dma = proj.device.dma_bytes_per_s * 0.1
+    assert cat.engine == "dma" and cat.seconds == pytest.approx(cat.bytes / dma)
+
+
+def test_a_short_argument_list_loses_outputs_not_the_call(trn2):
+    cost = trn2.add_signature("aten::addmm", "short", (meta(16), meta(8, 16)))  # mat2 missing
+    assert not cost.outputs_known and cost.flops == 0 and cost.bytes == (16 + 8 * 16) * 2
+    with pytest.raises(P.ProjectionError, match="aten::mm takes 2 arguments, got 4"):
+        trn2.add_signature("aten::mm", "long", (meta(2, 2), meta(2, 2), 1, 2))

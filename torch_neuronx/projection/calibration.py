@@ -37,6 +37,10 @@ class Calibration:
     ops: dict[str, dict] = dataclasses.field(default_factory=dict)  # per-op overrides
     source: str = "defaults (assumptions; see docs/projection.md)"
 
+    def op_override(self, op: str) -> dict:
+        """The override of ``op`` by its exact name, else by its name without overload."""
+        return self.ops.get(op) or self.ops.get(op.partition(".")[0], {})
+
 
 def defaults() -> Calibration:
     d = copy.deepcopy(load_data()["defaults"])

@@ -101,7 +101,7 @@ def base_name(fn) -> str:
 
 def flop_formula(fn):
     packet = _packet(fn)
-    return flop_registry.get(packet) or _FLOP_ALIASES.get(packet.__name__)
+    return flop_registry.get(packet) or _FLOP_ALIASES.get(getattr(packet, "__name__", ""))
 
 
 def engine_of(fn) -> str:
@@ -179,23 +179,31 @@ def _tensor_rate(device: DeviceModel, inputs: list[torch.Tensor]) -> float:
     return min(device.tensor_flops[tensor_dtype_class(t.dtype)] for t in operands)
 
 
-def work(fn, args: tuple, kwargs: dict, out) -> tuple[str, int, int, int]:
-    """(engine, flops, elements, bytes) of one call; ``args``/``out`` are meta tensors."""
+def work(fn, args: tuple, kwargs: dict, out, outputs_known: bool = True) -> tuple[str, int, int, int]:
+    """(engine, flops, elements, bytes) of one call; ``args``/``out`` are meta tensors.
+    Without outputs, a FLOP formula that needs them counts 0 FLOPs."""
     engine = engine_of(fn)
     inputs, outputs = tensors_in((args, kwargs)), tensors_in(out)
     if engine == "none":
         return engine, 0, 0, 0
     nbytes = sum(tensor_bytes(t) for t in inputs) + sum(tensor_bytes(t) for t in outputs)
     if engine == "tensor":
-        return engine, int(flop_formula(fn)(*args, **kwargs, out_val=out)), 0, nbytes
+        try:
+            flops = int(flop_formula(fn)(*args, **kwargs, out_val=out))
+        except Exception:
+            if outputs_known:
+                raise
+            flops = 0
+        return engine, flops, 0, nbytes
     elements = max((prod(t.shape) for t in inputs + outputs), default=0)
     return engine, 0, elements, nbytes
 
 
 def roofline(op: str, engine: str, flops: int, elements: int, nbytes: int, rate_inputs: list[torch.Tensor],
              device: DeviceModel, cal: Calibration, outputs_known: bool = True) -> KernelCost:
-    """``max(compute, memory)`` under the calibration's efficiency factors."""
-    override = cal.ops.get(op, {})
+    """``max(compute, memory)`` under the calibration's efficiency factors; a per-op
+    override is looked up by the exact name, then without the overload (``aten::add``)."""
+    override = cal.op_override(op)
     engine = override.get("engine", engine)
     if engine == "none":
         return KernelCost(op, engine, 0, 0, 0, 0.0, 0.0, outputs_known)
@@ -208,7 +216,8 @@ def roofline(op: str, engine: str, flops: int, elements: int, nbytes: int, rate_
         eff = override.get("efficiency", cal.efficiency[engine])
         compute = elements / (device.engine_flops[engine] * eff)
     if engine == "dma":  # HBM to HBM through the DMA queues: the slower of the two
-        bandwidth = min(device.dma_bytes_per_s * cal.efficiency["dma"], device.hbm_bytes_per_s * cal.efficiency["hbm"])
+        bandwidth = min(device.dma_bytes_per_s * override.get("efficiency", cal.efficiency["dma"]),
+                        device.hbm_bytes_per_s * cal.efficiency["hbm"])
     else:
         bandwidth = device.hbm_bytes_per_s * cal.efficiency["hbm"]
     return KernelCost(op, engine, flops, elements, nbytes, compute, nbytes / bandwidth, outputs_known)
@@ -225,5 +234,5 @@ def project_call(op: str, args: tuple, device: DeviceModel, cal: Calibration) ->
         known = True
     except Exception:  # no meta kernel, or a data-dependent output shape: inputs only
         out, known = None, False
-    engine, flops, elements, nbytes = work(fn, margs, mkwargs, out)
+    engine, flops, elements, nbytes = work(fn, margs, mkwargs, out, known)
     return roofline(op, engine, flops, elements, nbytes, inputs, device, cal, known)

@@ -46,7 +46,7 @@ class Projector:
         """Per-call launch overhead of an eager kernel (none for views and allocations)."""
         if cost.engine == "none":
             return 0.0
-        return self.calibration.ops.get(cost.op, {}).get("launch_seconds",
+        return self.calibration.op_override(cost.op).get("launch_seconds",
                                                          self.calibration.launch_seconds["eager"])
 
     def summary(self, calls: Mapping[str, int]) -> dict:

@@ -41,7 +41,7 @@ class OpRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in _METADATA_OPS:
+        if func in _METADATA_OPS or not isinstance(func, torch._ops.OpOverload):
             return func(*args, **kwargs)
         if flop_formula(func) is None:
             with self:
