@@ -290,8 +290,12 @@ def test_group_link_from_topology():
 
 def test_collective_errors():
     small = P.Projector("trn2.3xlarge", calibration=P.defaults())
+    efa = P.CollectiveRecord("all_reduce", 1024, 2, "efa")
     with pytest.raises(P.ProjectionError, match="no efa bandwidth is known for trn2.3xlarge"):
-        small.collectives_summary([P.CollectiveRecord("all_reduce", 1024, 2, "efa")])
+        P.collective_seconds(efa, small.device, small.calibration)
+    left_out = small.collectives_summary({efa: 3})  # a summary lists it instead of failing
+    assert left_out["seconds"] == 0 and left_out["unprojected"]["efa"]["calls"] == 3
+    assert "link_bytes_per_s.efa" in left_out["unprojected"]["efa"]["reason"]
     with pytest.raises(P.ProjectionError, match="not one of"):
         P.CollectiveRecord("allreduce", 1, 2, "chip")
     summary = small.collectives_summary([P.CollectiveRecord("all_reduce", 1 << 20, 4, "chip")] * 3)

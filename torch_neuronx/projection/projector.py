@@ -134,19 +134,30 @@ class Projector:
 
     # --- collectives, compilation, cost ----------------------------------------------------
     def collectives_summary(self, records: Iterable[CollectiveRecord] | Mapping[CollectiveRecord, int]) -> dict:
-        """Seconds of a list of collectives, or of a record → count mapping (``COLLECTIVE_LOG.counts``)."""
+        """Seconds of a list of collectives, or of a record → count mapping (``COLLECTIVE_LOG.counts``).
+
+        A collective over a link with no known bandwidth is not projected: it is
+        listed under ``unprojected`` with the reason, and its seconds are left out.
+        """
         counted = records.items() if isinstance(records, Mapping) else ((r, 1) for r in records)
         by_kind: dict[str, dict] = defaultdict(lambda: {"calls": 0, "bytes": 0, "seconds": 0.0})
         by_link = defaultdict(float)
+        unprojected: dict[str, dict] = {}
         for rec, n in counted:
-            s = collective_seconds(rec, self.device, self.calibration) * n
+            try:
+                s = collective_seconds(rec, self.device, self.calibration) * n
+            except ProjectionError as e:
+                entry = unprojected.setdefault(rec.link, {"calls": 0, "bytes": 0, "reason": str(e)})
+                entry["calls"] += n
+                entry["bytes"] += rec.nbytes * n
+                continue
             row = by_kind[rec.kind]
             row["calls"] += n
             row["bytes"] += rec.nbytes * n
             row["seconds"] += s
             by_link[rec.link] += s
         return {"label": LABEL, "seconds": sum(by_link.values()), "by_kind": dict(by_kind),
-                "by_link": dict(by_link)}
+                "by_link": dict(by_link), "unprojected": unprojected}
 
     def compile_summary(self, kernel_compiles: int, seconds_per_kernel: float, graph_compiles: int = 0) -> dict:
         """First-run compile time (an empty NEFF cache), kept apart from steady state."""
