@@ -256,6 +256,8 @@ def test_graph_flops_match_eager_flops_and_aten_graphs_work(trn2):
 
     aten_level = trn2.add_graph("mlp-aten", make_fx(model)(x), [x])
     assert dynamo_level.flops == aten_level.flops == 2 * 32 * (64 * 128 + 128 * 16)
+    weights = sum(p.numel() for p in model.parameters())
+    assert dynamo_level.bytes == aten_level.bytes == 4 * (32 * 64 + weights + 32 * 16)
     assert set(dynamo_level.engine_seconds) == {"tensor", "scalar"}
     assert dynamo_level.compute_seconds == max(dynamo_level.engine_seconds.values())
     serial = P.Projector("trn2.3xlarge", calibration=P.Calibration(

@@ -3,7 +3,7 @@
 The graph runs on fake tensors under ``OpRecorder``, so Dynamo graphs (torch
 functions) and AOT graphs (ATen) both reach ATen ops with shapes and no data.
 The compiler keeps intermediates on chip where it can, so only the graph's
-inputs and outputs count as HBM traffic — a lower bound that ignores spills
+inputs, weights and outputs count as HBM traffic — a lower bound that ignores spills
 (docs/projection.md). Engines run concurrently under the compiler's schedule
 (``graph_engine_overlap``, default on): compute time is the busiest engine's,
 otherwise the sum.
@@ -81,7 +81,8 @@ def project_graph(name: str, gm: torch.nn.Module, example_inputs, device: Device
                   else x for x in example_inputs]
         with OpRecorder(on_op):
             out = gm(*inputs)
-    nbytes = _unique_bytes(inputs) + _unique_bytes(out)
+    # weights held by the module (get_attr) are read from HBM like inputs
+    nbytes = _unique_bytes(inputs + list(gm.parameters()) + list(gm.buffers())) + _unique_bytes(out)
     compute = max(engine_seconds.values(), default=0.0) if cal.graph_engine_overlap \
         else sum(engine_seconds.values())
     return GraphCost(name, nodes, sum(flops_by_op.values()), nbytes, dict(engine_seconds), compute,
