@@ -473,3 +473,17 @@ def test_a_short_argument_list_loses_outputs_not_the_call(trn2):
     assert not cost.outputs_known and cost.flops == 0 and cost.bytes == (16 + 8 * 16) * 2
     with pytest.raises(P.ProjectionError, match="aten::mm takes 2 arguments, got 4"):
         trn2.add_signature("aten::mm", "long", (meta(2, 2), meta(2, 2), 1, 2))
+
+
+def test_a_neuron_run_projects_as_its_cpu_reference():
+    def run(device):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).to(device)
+        proj = P.Projector("trn2.3xlarge", calibration=P.defaults())
+        with P.ProjectionMode(proj) as mode:
+            model(torch.randn(32, 64, device=device)).sum().backward()
+        return proj.summary(mode.calls)
+
+    cpu, neuron = run("cpu"), run("neuron")
+    assert neuron["flops"] == cpu["flops"] == 3 * 2 * 32 * (64 * 128 + 128 * 8) - 2 * 32 * 64 * 128
+    assert neuron["device_seconds"] == pytest.approx(cpu["device_seconds"])
