@@ -105,7 +105,7 @@ def device_model(instance: str | InstanceProfile | None = None, lnc: int | None 
         hbm_bytes_per_s=_value(chip["hbm_bytes_per_s"]) * share,
         dma_bytes_per_s=_value(chip["dma_bytes_per_s"]) * share,
         link_bytes_per_s={
-            "chip": _value(chip["dma_bytes_per_s"]) * share,
+            "chip": _value(chip["core_to_core_bytes_per_s"]) * share,
             "neuronlink": _value(chip["neuronlink_bytes_per_s"]),
             "efa": _value(entry["efa_bytes_per_s"]),
         },
