@@ -85,7 +85,8 @@ def test_trn3_versus_trn2_changes_only_what_the_data_says():
         return P.Projector(instance, calibration=P.defaults()).add_signature(op, key, args)
 
     mm = ("aten::mm", (meta(4096, 4096), meta(4096, 4096)))
-    fp8 = ("aten::mm", (meta(4096, 4096, dtype=torch.float8_e4m3fn), meta(4096, 4096, dtype=torch.float8_e4m3fn)))
+    f8 = torch.float8_e4m3fn
+    fp8 = ("aten::mm", (meta(4096, 4096, dtype=f8), meta(4096, 4096, dtype=f8)))
     add = ("aten::add.Tensor", (meta(1 << 24), meta(1 << 24), 1))
     for (op, args), ratio in [
         (mm, core_figure("trn2", "tensor_flops", "bf16") / core_figure("trn3", "tensor_flops", "bf16")),
@@ -478,7 +479,8 @@ def test_a_short_argument_list_loses_outputs_not_the_call(trn2):
 def test_a_neuron_run_projects_as_its_cpu_reference():
     def run(device):
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8)).to(device)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8))
+        model = model.to(device)
         proj = P.Projector("trn2.3xlarge", calibration=P.defaults())
         with P.ProjectionMode(proj) as mode:
             model(torch.randn(32, 64, device=device)).sum().backward()

@@ -18,7 +18,8 @@ from .recording import ProjectionMode
 from .trace import chrome_trace, write_chrome_trace
 
 __all__ = [
-    "COLLECTIVE_LOG", "Calibration", "CalibrationError", "CollectiveLog", "CollectiveRecord", "DeviceModel", "GraphCost", "KernelCost",
+    "COLLECTIVE_LOG", "Calibration", "CalibrationError", "CollectiveLog", "CollectiveRecord", "DeviceModel",
+    "GraphCost", "KernelCost",
     "ProjectionError", "ProjectionMode", "Projector", "active_calibration", "chrome_trace",
     "collective_seconds", "defaults", "device_model", "engine_of", "get_projector", "link_for_ranks",
     "load_calibration", "price", "reset", "snapshot", "write_chrome_trace",

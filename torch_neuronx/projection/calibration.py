@@ -78,12 +78,14 @@ def _op_overrides(where: str, raw) -> dict[str, dict]:
         checked = {}
         if "engine" in entry:
             if entry["engine"] not in ENGINES:
-                raise CalibrationError(f"{where}.{op}.engine = {entry['engine']!r} is not one of {list(ENGINES)}")
+                raise CalibrationError(
+                    f"{where}.{op}.engine = {entry['engine']!r} is not one of {list(ENGINES)}")
             checked["engine"] = entry["engine"]
         if "efficiency" in entry:
             checked["efficiency"] = _number(f"{where}.{op}.efficiency", entry["efficiency"], 0, 1, True)
         if "launch_seconds" in entry:
-            checked["launch_seconds"] = _number(f"{where}.{op}.launch_seconds", entry["launch_seconds"], 0, None)
+            checked["launch_seconds"] = _number(f"{where}.{op}.launch_seconds", entry["launch_seconds"],
+                                                0, None)
         ops[op] = checked
     return ops
 
@@ -98,7 +100,8 @@ def load_calibration(path: os.PathLike | str) -> Calibration:
     except json.JSONDecodeError as e:
         raise CalibrationError(f"calibration file {path} is not valid JSON: {e}") from None
     if not isinstance(raw, dict) or raw.get("schema") != CALIBRATION_SCHEMA:
-        raise CalibrationError(f"calibration file {path} must be an object with \"schema\": {CALIBRATION_SCHEMA}")
+        raise CalibrationError(
+            f"calibration file {path} must be an object with \"schema\": {CALIBRATION_SCHEMA}")
     known = {"schema", "measured_on", "efficiency", "launch_seconds", "link_latency_seconds",
              "link_bytes_per_s", "compile_seconds_per_graph", "graph_engine_overlap", "ops"}
     unknown = set(raw) - known
@@ -113,7 +116,8 @@ def load_calibration(path: os.PathLike | str) -> Calibration:
         efficiency={**base.efficiency,
                     **_table(f"{where}: efficiency", raw.get("efficiency", {}), EFFICIENCY_KEYS, 0, 1, True)},
         launch_seconds={**base.launch_seconds,
-                        **_table(f"{where}: launch_seconds", raw.get("launch_seconds", {}), LAUNCH_KEYS, 0, None)},
+                        **_table(f"{where}: launch_seconds", raw.get("launch_seconds", {}), LAUNCH_KEYS,
+                                 0, None)},
         link_latency_seconds={**base.link_latency_seconds,
                               **_table(f"{where}: link_latency_seconds", raw.get("link_latency_seconds", {}),
                                        LINKS, 0, None)},
@@ -121,9 +125,11 @@ def load_calibration(path: os.PathLike | str) -> Calibration:
                                           raw.get("compile_seconds_per_graph", base.compile_seconds_per_graph),
                                           0, None),
         graph_engine_overlap=overlap,
-        link_bytes_per_s=_table(f"{where}: link_bytes_per_s", raw.get("link_bytes_per_s", {}), LINKS, 0, None, True),
+        link_bytes_per_s=_table(f"{where}: link_bytes_per_s", raw.get("link_bytes_per_s", {}), LINKS,
+                                0, None, True),
         ops=_op_overrides(f"{where}: ops", raw.get("ops", {})),
-        source=f"calibration file {path}" + (f" (measured on {raw['measured_on']})" if "measured_on" in raw else ""),
+        source=f"calibration file {path}"
+        + (f" (measured on {raw['measured_on']})" if "measured_on" in raw else ""),
     )
 
 

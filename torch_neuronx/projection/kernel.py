@@ -34,7 +34,8 @@ aten = torch.ops.aten
 _FLOP_ALIASES = {
     name: flop_registry[packet] for name, packet in (
         ("_scaled_dot_product_flash_attention_for_cpu", aten._scaled_dot_product_flash_attention),
-        ("_scaled_dot_product_flash_attention_for_cpu_backward", aten._scaled_dot_product_flash_attention_backward),
+        ("_scaled_dot_product_flash_attention_for_cpu_backward",
+         aten._scaled_dot_product_flash_attention_backward),
         ("_scaled_dot_product_fused_attention_overrideable", aten._scaled_dot_product_flash_attention),
         ("_scaled_dot_product_fused_attention_overrideable_backward",
          aten._scaled_dot_product_flash_attention_backward),

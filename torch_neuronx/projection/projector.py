@@ -98,7 +98,8 @@ class Projector:
             "flops": int(flops_total),
             "mfu": self.mfu(flops_total, device_seconds),
             "by_engine": by_engine,
-            "by_op": dict(sorted(by_op.items(), key=lambda kv: -kv[1]["kernel_seconds"] - kv[1]["launch_seconds"])),
+            "by_op": dict(sorted(by_op.items(),
+                                 key=lambda kv: -kv[1]["kernel_seconds"] - kv[1]["launch_seconds"])),
             "ops_with_unknown_outputs": sorted(unknown),
         }
 
@@ -197,7 +198,8 @@ class Projector:
             self.graphs.clear()
 
     def snapshot(self, calls: Mapping[str, int] | None = None, graph_runs: Mapping[str, int] | None = None,
-                 collectives: Iterable[CollectiveRecord] | Mapping[CollectiveRecord, int] = (), compiles: Mapping | None = None,
+                 collectives: Iterable[CollectiveRecord] | Mapping[CollectiveRecord, int] = (),
+                 compiles: Mapping | None = None,
                  steps: int | None = None, price_per_hour: float | None = None) -> dict:
         """One JSON-serialisable projection of a run, for ``metrics()``, the pilot and
         the benchmarks. ``compiles`` holds ``compile_summary``'s arguments; with
