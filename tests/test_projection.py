@@ -489,3 +489,17 @@ def test_a_neuron_run_projects_as_its_cpu_reference():
     cpu, neuron = run("cpu"), run("neuron")
     assert neuron["flops"] == cpu["flops"] == 3 * 2 * 32 * (64 * 128 + 128 * 8) - 2 * 32 * 64 * 128
     assert neuron["device_seconds"] == pytest.approx(cpu["device_seconds"])
+
+
+def test_collective_log_places_ranks_beyond_one_instance_on_efa(monkeypatch):
+    class Group:  # a group c10d does not know: ranks 0..size-1
+        def size(self):
+            return 6
+
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("TORCHNEURON_INSTANCE", "trn2.3xlarge")  # 4 logical cores
+    log = P.CollectiveLog()
+    rec = log.record("all_reduce", [torch.ones(8)], Group())
+    assert rec == P.CollectiveRecord("all_reduce", 32, 6, "efa")
+    log.record("reduce_scatter_tensor", [torch.ones(8)], Group())
+    assert log.counts[P.CollectiveRecord("reduce_scatter", 6 * 32, 6, "efa")] == 1

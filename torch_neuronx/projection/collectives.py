@@ -122,11 +122,16 @@ class CollectiveLog:
 
         kind, size = KIND_OF[what], group.size()
         nbytes = sum(tensor_bytes(t) for t in results) * (size if kind in _SHARD_RESULTS else 1)
-        ranks = tuple(dist.get_process_group_ranks(group))
+        try:
+            ranks = tuple(dist.get_process_group_ranks(group))
+        except (KeyError, ValueError, RuntimeError):  # a group c10d does not know: its own numbering
+            ranks = tuple(range(size))
         link = self._links.get(ranks)
         if link is None:
-            per_instance = env_int("LOCAL_WORLD_SIZE", None) or dist.get_world_size()
-            link = self._links[ranks] = link_for_ranks(ranks, per_instance, device_model())
+            device = device_model()
+            # torchrun's ranks per node; an instance holds at most its logical cores
+            per_instance = env_int("LOCAL_WORLD_SIZE", None) or max(ranks) + 1
+            link = self._links[ranks] = link_for_ranks(ranks, min(per_instance, device.logical_cores), device)
         rec = CollectiveRecord(kind, nbytes, size, link)
         with self._lock:
             self.counts[rec] += 1
