@@ -504,3 +504,30 @@ def exit_without_destroy():
         gathered = [torch.empty_like(t) for _ in range(world)]
         dist.all_gather(gathered, t)
     _same(t.cpu(), torch.full((1024,), float(sum(range(1, world + 1)) * world ** 2)), "all_reduce")
+
+
+def projected_collectives():
+    """The neuron group records each collective for the projection (docs/projection.md):
+    kind, full-buffer bytes, group size and the link the group spans."""
+    from torch_neuronx import projection as P
+
+    rank, world, dev = _init()
+    P.reset()
+    t = torch.ones(1024, device=dev)
+    dist.all_reduce(t)
+    shard = torch.empty(1024 // world, device=dev)
+    dist.reduce_scatter_tensor(shard, t)
+    gathered = torch.empty(1024 * world, device=dev)
+    dist.all_gather_into_tensor(gathered, t)
+    expected = {P.CollectiveRecord("all_reduce", 4096, world, "chip"): 1,
+                P.CollectiveRecord("reduce_scatter", 4096, world, "chip"): 1,  # the input, not the shard
+                P.CollectiveRecord("all_gather", 4096 * world, world, "chip"): 1}
+    assert dict(P.COLLECTIVE_LOG.counts) == expected, dict(P.COLLECTIVE_LOG.counts)
+    summary = P.snapshot()["collectives"]
+    device = P.device_model()
+    ring = (world - 1) / world
+    bandwidth = device.link_bytes_per_s["chip"] * P.defaults().efficiency["link"]
+    seconds = P.defaults().link_latency_seconds["chip"] * (world - 1) * 4 \
+        + ring * (2 * 4096 + 4096 + 4096 * world) / bandwidth
+    assert abs(summary["seconds"] - seconds) <= 1e-9 * seconds, (summary, seconds)
+    dist.destroy_process_group()

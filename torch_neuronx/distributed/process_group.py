@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
 from .. import _C
+from ..projection.collectives import COLLECTIVE_LOG
 from .faults import DistributedFault, PeerTable
 from .setup import BACKEND_NAME
 
@@ -170,6 +171,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
             start().wait()
         except (RuntimeError, dist.DistBackendError) as exc:
             raise DistributedFault(self._peers.explain(what, self._describe(), exc)) from exc
+        COLLECTIVE_LOG.record(what, results, self)  # for the projected time (docs/projection.md)
         return _completed(results)
 
     def _describe(self) -> str:

@@ -154,6 +154,12 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
     # --- compile -------------------------------------------------------------
     _S("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "flag", True,
        "`0`: a graph that fails to compile runs eagerly instead of raising", "product", "compile/backend.py"),
+    # --- projection ----------------------------------------------------------
+    _S("TORCHNEURON_PROJECTION_CALIBRATION", "str", None,
+       "a calibration JSON (efficiency factors, launch overheads, link latencies, per-op overrides) "
+       "replacing the defaults of the **projected** device time "
+       "([projection](projection.md#calibrating-from-one-measured-run))", "ours",
+       "projection/calibration.py", default_text="unset"),
     # --- read outside the package -----------------------------------------
     _S("TORCH_DEVICE_BACKEND_AUTOLOAD", "flag", True,
        "`0` stops `import torch` from loading the backend (then `import torch_neuronx`)", "pytorch",

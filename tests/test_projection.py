@@ -1,0 +1,505 @@
+"""Projected Trainium time and cost (docs/projection.md): analytic answers from the data file."""
+import json
+import math
+
+import pytest
+import torch
+
+from torch_neuronx import projection as P
+from torch_neuronx.projection.hardware import load_data
+from torch_neuronx.projection.kernel import resolve_op
+from torch_neuronx.runtime.profiles import get_profile
+
+DATA = load_data()
+DEFAULTS = DATA["defaults"]
+
+
+def meta(*shape, dtype=torch.bfloat16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def core_figure(target, *path):
+    node = DATA["targets"][target]["per_physical_core"]
+    for p in path:
+        node = node[p]
+    return node["value"]
+
+
+def chip_figure(target, name):
+    return DATA["targets"][target]["per_chip"][name]["value"]
+
+
+def calibration_file(tmp_path, **fields):
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"schema": 1, **fields}))
+    return P.load_calibration(path)
+
+
+@pytest.fixture
+def trn2():
+    return P.Projector("trn2.3xlarge", lnc=2, calibration=P.defaults())
+
+
+# --- one kernel ---------------------------------------------------------------------------
+def test_bf16_matmul_projects_flops_over_peak_times_efficiency(trn2):
+    m, n, k = 4096, 2048, 8192
+    cost = trn2.add_signature("aten::mm", "mm-a", (meta(m, k), meta(k, n)))
+    peak = core_figure("trn2", "tensor_flops", "bf16") * 2  # LNC=2: two physical cores
+    assert cost.engine == "tensor" and cost.bound == "compute"
+    assert cost.flops == 2 * m * n * k
+    assert cost.seconds == pytest.approx(2 * m * n * k / (peak * DEFAULTS["efficiency"]["tensor"]), rel=1e-12)
+    assert cost.bytes == (m * k + k * n + m * n) * 2
+
+
+def test_large_elementwise_op_is_memory_bound_at_bytes_over_bandwidth(trn2):
+    n = 1 << 24
+    cost = trn2.add_signature("aten::add.Tensor", "add", (meta(n, dtype=torch.float32),
+                                                          meta(n, dtype=torch.float32), 1))
+    hbm = chip_figure("trn2", "hbm_bytes_per_s") * 2 / 8  # a logical core's share of the chip
+    assert cost.engine == "vector" and cost.bound == "memory"
+    assert cost.bytes == 3 * 4 * n
+    assert cost.seconds == pytest.approx(3 * 4 * n / (hbm * DEFAULTS["efficiency"]["hbm"]), rel=1e-12)
+
+
+def test_fp32_matmul_is_four_times_slower_than_bf16(trn2):
+    a = trn2.add_signature("aten::mm", "bf16", (meta(2048, 2048), meta(2048, 2048)))
+    b = trn2.add_signature("aten::mm", "fp32", (meta(2048, 2048, dtype=torch.float32),
+                                                meta(2048, 2048, dtype=torch.float32)))
+    assert a.bound == b.bound == "compute"
+    assert b.seconds / a.seconds == pytest.approx(4.0, rel=1e-12)
+
+
+def test_fp8_and_bias_dtype_rules(trn2):
+    x = trn2.add_signature("aten::mm", "fp8", (meta(2048, 2048, dtype=torch.float8_e4m3fn),
+                                               meta(2048, 2048, dtype=torch.float8_e4m3fn)))
+    a = trn2.add_signature("aten::mm", "bf16", (meta(2048, 2048), meta(2048, 2048)))
+    assert a.seconds / x.seconds == pytest.approx(2.0)  # double-row FP8 on trn2
+    # an fp32 bias does not set the TensorE rate of a bf16 addmm
+    bias = trn2.add_signature("aten::addmm", "addmm", (meta(2048, dtype=torch.float32),
+                                                       meta(2048, 2048), meta(2048, 2048), 1, 1))
+    assert bias.compute_seconds == pytest.approx(a.compute_seconds * (1 + 1 / 2048), rel=1e-3)
+
+
+def test_trn3_versus_trn2_changes_only_what_the_data_says():
+    def project(instance, key, op, args):
+        return P.Projector(instance, calibration=P.defaults()).add_signature(op, key, args)
+
+    mm = ("aten::mm", (meta(4096, 4096), meta(4096, 4096)))
+    f8 = torch.float8_e4m3fn
+    fp8 = ("aten::mm", (meta(4096, 4096, dtype=f8), meta(4096, 4096, dtype=f8)))
+    add = ("aten::add.Tensor", (meta(1 << 24), meta(1 << 24), 1))
+    for (op, args), ratio in [
+        (mm, core_figure("trn2", "tensor_flops", "bf16") / core_figure("trn3", "tensor_flops", "bf16")),
+        (fp8, core_figure("trn2", "tensor_flops", "fp8") / core_figure("trn3", "tensor_flops", "fp8")),
+        (add, chip_figure("trn2", "hbm_bytes_per_s") / chip_figure("trn3", "hbm_bytes_per_s")),
+    ]:
+        t2, t3 = project("trn2.3xlarge", "k", op, args), project("trn3", "k", op, args)
+        assert (t2.flops, t2.bytes, t2.engine, t2.bound) == (t3.flops, t3.bytes, t3.engine, t3.bound)
+        assert t3.seconds / t2.seconds == pytest.approx(ratio, rel=1e-12)
+
+
+def test_logical_core_config_scales_peaks_and_bandwidth():
+    one = P.device_model("trn2.3xlarge", lnc=1)
+    two = P.device_model("trn2.3xlarge", lnc=2)
+    assert two.tensor_flops["bf16"] == 2 * one.tensor_flops["bf16"]
+    assert two.hbm_bytes_per_s == 2 * one.hbm_bytes_per_s
+    assert one.logical_cores == 8 and two.logical_cores == 4
+    assert P.device_model("trn1.2xlarge").legacy and not two.legacy
+    with pytest.raises(ValueError, match="LNC=2 is not supported on trn1.2xlarge"):
+        P.device_model("trn1.2xlarge", lnc=2)
+
+
+def test_every_figure_has_a_source_and_a_date():
+    def figures(node):
+        if isinstance(node, dict) and "value" in node:
+            yield node
+        elif isinstance(node, dict):
+            for v in node.values():
+                yield from figures(v)
+
+    found = list(figures(DATA["targets"])) + list(figures(DATA["instances"]))
+    assert len(found) > 30
+    for f in found:
+        assert f["source"] and f["date"], f
+    for name, entry in DATA["instances"].items():
+        get_profile(name)  # every priced instance is a runtime profile
+        for p in entry["prices"]:
+            assert p["source"] and p["date"] and p["usd_per_hour"] > 0
+
+
+def test_engine_mapping():
+    cases = {"aten::mm": "tensor", "aten::convolution": "tensor", "aten::exp": "scalar",
+             "aten::_softmax": "scalar", "aten::add_.Tensor": "vector", "aten::sum.dim_IntList": "vector",
+             "aten::cat": "dma", "aten::index_select": "dma", "aten::sort": "gpsimd",
+             "aten::view": "none", "aten::transpose.int": "none",
+             "aten::_scaled_dot_product_flash_attention_for_cpu": "tensor"}
+    for op, engine in cases.items():
+        assert P.engine_of(resolve_op(op)) == engine, op
+
+
+def test_cpu_flash_attention_counts_as_pytorch_flash_formula(trn2):
+    b, h, s, d = 2, 4, 256, 64
+    q = meta(b, h, s, d)
+    cost = trn2.add_signature("aten::_scaled_dot_product_flash_attention_for_cpu", "sdpa",
+                              (q, q, q, 0.0, True, None, None))
+    assert cost.flops == 4 * b * h * s * s * d  # QK^T and AV, PyTorch's sdpa_flop_count
+
+
+# --- the add_signature / summary contract ----------------------------------------------------
+def test_summary_combines_signatures_with_call_counts(trn2):
+    mm = trn2.add_signature("aten::mm", "mm", (meta(64, 128), meta(128, 32)))
+    add = trn2.add_signature("aten::add.Tensor", "add", (meta(64, 32), meta(64, 32), 1))
+    view = trn2.add_signature("aten::view", "view", (meta(64, 32), [2048]))
+    s = trn2.summary({"mm": 5, "add": 3, "view": 7})
+    launch = DEFAULTS["launch_seconds"]["eager"]
+    assert s["label"] == "projected"
+    assert s["launch_overhead_seconds"] == pytest.approx(8 * launch)  # views launch nothing
+    assert s["kernel_seconds"] == pytest.approx(5 * mm.seconds + 3 * add.seconds)
+    assert s["device_seconds"] == pytest.approx(s["kernel_seconds"] + 8 * launch)
+    assert s["flops"] == 5 * 2 * 64 * 128 * 32
+    assert s["by_op"]["aten::mm"]["calls"] == 5 and s["by_op"]["aten::view"]["kernel_seconds"] == 0
+    assert s["by_engine"]["tensor"] == pytest.approx(5 * mm.seconds)
+    assert s["compute_bound_seconds"] + s["memory_bound_seconds"] == pytest.approx(s["kernel_seconds"])
+    assert s["mfu"] == pytest.approx(s["flops"] / (s["device_seconds"] * trn2.device.tensor_flops["bf16"]))
+    assert view.seconds == 0
+    json.dumps(s)
+
+
+def test_a_known_key_keeps_its_first_projection(trn2):
+    first = trn2.add_signature("aten::mm", "same", (meta(8, 8), meta(8, 8)))
+    again = trn2.add_signature("aten::mm", "same", (meta(512, 512), meta(512, 512)))
+    assert again is first
+
+
+def test_contract_errors(trn2):
+    with pytest.raises(P.ProjectionError, match="never added"):
+        trn2.summary({"nope": 1})
+    with pytest.raises(P.ProjectionError, match="not a qualified name"):
+        trn2.add_signature("mm", "k", ())
+    with pytest.raises(P.ProjectionError, match="not a registered operator"):
+        trn2.add_signature("aten::no_such_op", "k", ())
+    trn2.add_signature("aten::mm", "mm", (meta(4, 4), meta(4, 4)))
+    with pytest.raises(P.ProjectionError, match="negative"):
+        trn2.summary({"mm": -1})
+
+
+def test_op_without_a_meta_output_keeps_its_input_bytes(trn2):
+    cost = trn2.add_signature("aten::nonzero", "nz", (meta(1000, dtype=torch.float32),))
+    assert not cost.outputs_known and cost.bytes == 4000 and cost.engine == "gpsimd"
+    assert trn2.summary({"nz": 1})["ops_with_unknown_outputs"] == ["aten::nonzero"]
+
+
+def test_real_tensors_are_projected_from_their_metadata(trn2):
+    x = torch.randn(64, 64)
+    assert trn2.add_signature("aten::mm", "cpu", (x, x)).flops == 2 * 64 ** 3
+
+
+# --- a training step ----------------------------------------------------------------------------
+@pytest.mark.parametrize("attention", ["eager", "sdpa"])
+def test_decoder_training_step_flops_follow_6_params_tokens(attention):
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    layers, hidden, batch, seq = 2, 256, 2, 64
+    config = LlamaConfig(vocab_size=512, hidden_size=hidden, intermediate_size=688, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=seq,
+                         tie_word_embeddings=False, attn_implementation=attention)
+    model = LlamaForCausalLM(config)
+    ids = torch.randint(0, 512, (batch, seq))
+    params = sum(p.numel() for p in model.parameters()) - model.model.embed_tokens.weight.numel()
+    tokens = batch * seq
+    analytic = 6 * params * tokens + 12 * layers * batch * seq * seq * hidden  # + attention scores/values
+
+    def step():
+        model(input_ids=ids, labels=ids).loss.backward()
+
+    with FlopCounterMode(display=False) as counter:
+        step()
+    projector = P.Projector("trn2.3xlarge", calibration=P.defaults())
+    with P.ProjectionMode(projector) as mode:
+        step()
+    projected = projector.summary(mode.calls)
+    if attention == "eager":  # FlopCounterMode has no formula for CPU's fused attention kernel
+        assert projected["flops"] == counter.get_total_flops()  # PyTorch's formulas, not ours
+    assert abs(projected["flops"] - analytic) / analytic < 0.10
+    assert projected["by_op"]["aten::mm"]["engine"] == "tensor"
+    assert projected["device_seconds"] > projected["kernel_seconds"] > 0
+
+
+# --- compiled graphs ---------------------------------------------------------------------------
+class _Pointwise(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2 + 1
+
+
+def test_graph_counts_only_its_own_inputs_and_outputs(trn2):
+    x = torch.randn(1 << 20)
+    g = trn2.add_graph("pointwise", torch.fx.symbolic_trace(_Pointwise()), [x])
+    with P.ProjectionMode(trn2) as mode:
+        _Pointwise()(x)
+    eager = trn2.summary(mode.calls)
+    assert g.bytes == 2 * 4 * (1 << 20)  # x in, result out: intermediates stay on chip
+    assert eager["by_op"]["aten::relu"]["bytes"] == g.bytes
+    assert g.nodes == 3 and g.bound == "memory"
+    assert g.seconds == pytest.approx(g.bytes / (trn2.device.hbm_bytes_per_s * DEFAULTS["efficiency"]["hbm"]))
+    runs = trn2.graphs_summary({"pointwise": 4})
+    assert runs["device_seconds"] == pytest.approx(4 * (g.seconds + DEFAULTS["launch_seconds"]["graph"]))
+    assert runs["device_seconds"] < eager["device_seconds"] * 4
+    with pytest.raises(P.ProjectionError, match="never added"):
+        trn2.graphs_summary({"other": 1})
+
+
+def test_graph_flops_match_eager_flops_and_aten_graphs_work(trn2):
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 16))
+    x = torch.randn(32, 64)
+    dynamo_level = trn2.add_graph("mlp", torch.fx.symbolic_trace(model), [x])
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    aten_level = trn2.add_graph("mlp-aten", make_fx(model)(x), [x])
+    assert dynamo_level.flops == aten_level.flops == 2 * 32 * (64 * 128 + 128 * 16)
+    weights = sum(p.numel() for p in model.parameters())
+    assert dynamo_level.bytes == aten_level.bytes == 4 * (32 * 64 + weights + 32 * 16)
+    assert set(dynamo_level.engine_seconds) == {"tensor", "scalar"}
+    assert dynamo_level.compute_seconds == max(dynamo_level.engine_seconds.values())
+    serial = P.Projector("trn2.3xlarge", calibration=P.Calibration(
+        **{**P.defaults().__dict__, "graph_engine_overlap": False}))
+    g = serial.add_graph("mlp", torch.fx.symbolic_trace(model), [x])
+    assert g.compute_seconds == pytest.approx(sum(g.engine_seconds.values()))
+
+
+# --- collectives -------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind,factor,steps", [("all_reduce", lambda r: 2 * (r - 1) / r, lambda r: 2 * (r - 1)),
+                                               ("all_gather", lambda r: (r - 1) / r, lambda r: r - 1),
+                                               ("reduce_scatter", lambda r: (r - 1) / r, lambda r: r - 1)])
+def test_collectives_follow_the_ring_formula(kind, factor, steps):
+    proj = P.Projector("trn2.48xlarge", calibration=P.defaults())
+    nbytes, r = 256 << 20, 16
+    rec = P.CollectiveRecord(kind, nbytes, r, "neuronlink")
+    bw = chip_figure("trn2", "neuronlink_bytes_per_s") * DEFAULTS["efficiency"]["link"]
+    expected = steps(r) * DEFAULTS["link_latency_seconds"]["neuronlink"] + factor(r) * nbytes / bw
+    assert P.collective_seconds(rec, proj.device, proj.calibration) == pytest.approx(expected, rel=1e-12)
+    assert P.collective_seconds(P.CollectiveRecord(kind, nbytes, 1, "chip"), proj.device, proj.calibration) == 0
+
+
+def test_group_link_from_topology():
+    d = P.device_model("trn2.48xlarge", lnc=2)  # 16 chips x 4 logical cores
+    assert P.link_for_ranks(range(4), 64, d) == "chip"
+    assert P.link_for_ranks(range(8), 64, d) == "neuronlink"
+    assert P.link_for_ranks([0, 64], 64, d) == "efa"
+    assert P.link_for_ranks([3, 4], 64, d) == "neuronlink"
+    with pytest.raises(P.ProjectionError, match="ranks_per_instance"):
+        P.link_for_ranks([0], 65, d)
+
+
+def test_collective_errors():
+    small = P.Projector("trn2.3xlarge", calibration=P.defaults())
+    efa = P.CollectiveRecord("all_reduce", 1024, 2, "efa")
+    with pytest.raises(P.ProjectionError, match="no efa bandwidth is known for trn2.3xlarge"):
+        P.collective_seconds(efa, small.device, small.calibration)
+    left_out = small.collectives_summary({efa: 3})  # a summary lists it instead of failing
+    assert left_out["seconds"] == 0 and left_out["unprojected"]["efa"]["calls"] == 3
+    assert "link_bytes_per_s.efa" in left_out["unprojected"]["efa"]["reason"]
+    with pytest.raises(P.ProjectionError, match="not one of"):
+        P.CollectiveRecord("allreduce", 1, 2, "chip")
+    summary = small.collectives_summary([P.CollectiveRecord("all_reduce", 1 << 20, 4, "chip")] * 3)
+    assert summary["by_kind"]["all_reduce"]["calls"] == 3 and summary["label"] == "projected"
+    assert summary["seconds"] == pytest.approx(summary["by_link"]["chip"])
+
+
+# --- compilation and cost --------------------------------------------------------------------------
+def test_compile_is_projected_apart_from_steady_state(trn2):
+    c = trn2.compile_summary(kernel_compiles=12, seconds_per_kernel=2.0, graph_compiles=3)
+    assert c["first_run_compile_seconds"] == 12 * 2.0 + 3 * DEFAULTS["compile_seconds_per_graph"]
+    with pytest.raises(P.ProjectionError):
+        trn2.compile_summary(kernel_compiles=-1, seconds_per_kernel=2.0)
+
+
+def test_cost_of_n_steps_at_a_price(trn2):
+    c = trn2.cost(seconds_per_step=0.25, steps=1000, price_per_hour=7.2, compile_seconds=600)
+    assert c["label"] == "projected"
+    assert c["run_usd"] == pytest.approx(0.25 * 1000 * 7.2 / 3600)
+    assert c["total_usd"] == pytest.approx((250 + 600) * 7.2 / 3600)
+    dated = trn2.cost(1.0, steps=3600)  # the dated third-party price of the table
+    table = DATA["instances"]["trn2.3xlarge"]["prices"][0]
+    assert dated["run_usd"] == pytest.approx(table["usd_per_hour"])
+    assert dated["price"]["date"] == table["date"] and dated["price"]["source"] == table["source"]
+    unpriced = P.Projector("trn3", calibration=P.defaults()).cost(1.0, steps=10)
+    assert unpriced["run_usd"] is None and "no price" in unpriced["price"]["source"]
+    with pytest.raises(ValueError):
+        trn2.cost(1.0, price_per_hour=-1)
+
+
+def test_snapshot_is_json_and_labelled_projected(trn2):
+    trn2.add_signature("aten::mm", "mm", (meta(4096, 4096), meta(4096, 4096)))
+    snap = trn2.snapshot(calls={"mm": 10}, collectives=[P.CollectiveRecord("all_reduce", 1 << 26, 4, "chip")],
+                         compiles={"kernel_compiles": 1, "seconds_per_kernel": 2.0}, steps=100)
+    data = json.loads(json.dumps(snap))
+    for section in ("eager", "graphs", "collectives", "compile", "cost", "device"):
+        assert data[section]["label"] == "projected", section
+    comm = data["collectives"]["seconds"]
+    compute = data["eager"]["device_seconds"]
+    assert data["step_seconds_no_overlap"] == pytest.approx(compute + comm)
+    assert data["step_seconds_full_overlap"] == pytest.approx(max(compute, comm))
+    assert data["cost"]["run_seconds"] == pytest.approx(100 * (compute + comm))
+
+
+# --- calibration ---------------------------------------------------------------------------------
+def test_calibration_replaces_defaults(tmp_path, monkeypatch):
+    cal = calibration_file(tmp_path, measured_on="trn2.3xlarge, 2026-12-01", efficiency={"tensor": 0.5},
+                           launch_seconds={"eager": 1e-5}, ops={"aten::bmm": {"efficiency": 0.25}})
+    assert cal.efficiency["hbm"] == DEFAULTS["efficiency"]["hbm"]  # untouched fields keep defaults
+    proj = P.Projector("trn2.3xlarge", calibration=cal)
+    base = P.Projector("trn2.3xlarge", calibration=P.defaults())
+    args = (meta(4096, 4096), meta(4096, 4096))
+    bargs = (meta(8, 1024, 1024), meta(8, 1024, 1024))
+    assert proj.add_signature("aten::mm", "mm", args).seconds == pytest.approx(
+        base.add_signature("aten::mm", "mm", args).seconds * DEFAULTS["efficiency"]["tensor"] / 0.5)
+    assert proj.add_signature("aten::bmm", "bmm", bargs).compute_seconds == pytest.approx(
+        base.add_signature("aten::bmm", "bmm", bargs).compute_seconds * DEFAULTS["efficiency"]["tensor"] / 0.25)
+    assert proj.summary({"mm": 2})["launch_overhead_seconds"] == pytest.approx(2e-5)
+    assert "measured on trn2.3xlarge" in proj.describe()["calibration"]
+    monkeypatch.setenv("TORCHNEURON_PROJECTION_CALIBRATION", str(tmp_path / "cal.json"))
+    assert P.active_calibration().efficiency["tensor"] == 0.5
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"efficiency": {"tensor": 0}}, r"efficiency.tensor = 0 must be in \(0, 1\]"),
+    ({"efficiency": {"tensor": 1.5}}, "must be in"),
+    ({"efficiency": {"tensorE": 0.5}}, "unknown key"),
+    ({"launch_seconds": {"eager": -1}}, "must be >= 0"),
+    ({"ops": {"aten::mm": {"engine": "warp"}}}, "is not one of"),
+    ({"ops": {"aten::mm": {}}}, "must be an object with some of"),
+    ({"graph_engine_overlap": "yes"}, "true or false"),
+    ({"speed": 2}, "unknown field"),
+])
+def test_calibration_errors_name_the_field(tmp_path, fields, message):
+    with pytest.raises(P.CalibrationError, match=message):
+        calibration_file(tmp_path, **fields)
+
+
+def test_calibration_file_errors(tmp_path):
+    with pytest.raises(P.CalibrationError, match="cannot read"):
+        P.load_calibration(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(P.CalibrationError, match="not valid JSON"):
+        P.load_calibration(bad)
+    bad.write_text('{"efficiency": {}}')
+    with pytest.raises(P.CalibrationError, match='"schema": 1'):
+        P.load_calibration(bad)
+
+
+# --- timeline ---------------------------------------------------------------------------------
+def test_chrome_trace_has_engine_and_collective_tracks(trn2, tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.SiLU())
+    x = torch.randn(16, 64)
+    with P.ProjectionMode(trn2) as mode:
+        model(x)
+    trn2.add_graph("g", torch.fx.symbolic_trace(model), [x])
+    rec = P.CollectiveRecord("all_reduce", 1 << 20, 4, "chip")
+    path = P.write_chrome_trace(trn2, mode.sequence + [rec, ("graph", "g")], tmp_path / "trace.json")
+    events = json.loads(path.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert {"tensor", "vector", "scalar", "gpsimd", "dma", "collectives"} <= tracks
+    slices = [e for e in events if e["ph"] == "X"]
+    assert all(e["args"]["label"] == "projected" for e in slices)
+    eager = trn2.summary(mode.calls)["device_seconds"]
+    eager_slices = [e for e in slices if e["name"] != "all_reduce" and e["name"] not in ("g", "launch g")]
+    assert sum(e["dur"] for e in eager_slices) == pytest.approx(eager * 1e6)
+    comm = [e for e in slices if e["name"] == "all_reduce"]
+    assert len(comm) == 1 and comm[0]["ts"] == pytest.approx(eager * 1e6)
+    with pytest.raises(P.ProjectionError, match="cannot place"):
+        P.chrome_trace(trn2, [42])
+
+
+def test_default_projector_snapshot_and_reset():
+    proj = P.get_projector()
+    assert P.get_projector() is proj
+    proj.add_signature("aten::mm", "default-mm", (meta(8, 8), meta(8, 8)))
+    assert P.snapshot(calls={"default-mm": 1})["eager"]["flops"] == 2 * 8 ** 3
+    P.reset()
+    with pytest.raises(P.ProjectionError):
+        P.snapshot(calls={"default-mm": 1})
+    assert math.isfinite(P.snapshot()["step_seconds_no_overlap"])
+
+
+def test_bytes_are_counted_as_pytorch_runtime_estimator_counts_them():
+    from torch.utils._runtime_estimation import get_num_bytes
+
+    from torch_neuronx.projection.kernel import tensor_bytes
+
+    base = torch.randn(64, 32)
+    for t in (base, base.t(), base[:, :1].expand(64, 32), base[::2], torch.randn(()), base.to(torch.bfloat16)):
+        assert tensor_bytes(t) == get_num_bytes(t)
+
+
+def test_the_neuron_process_group_records_its_collectives():
+    import torch.distributed as dist
+
+    P.reset()
+    dist.init_process_group("neuron", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        t = torch.ones(1024, device="neuron")
+        dist.all_reduce(t)
+        dist.all_reduce(t)
+        out = torch.empty(1024, device="neuron")
+        dist.all_gather_single(out, t)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    counts = dict(P.COLLECTIVE_LOG.counts)
+    assert counts[P.CollectiveRecord("all_reduce", 4096, 1, "chip")] == 2
+    assert counts[P.CollectiveRecord("all_gather", 4096, 1, "chip")] == 1
+    assert counts[P.CollectiveRecord("barrier", 0, 1, "chip")] == 1
+    snap = P.snapshot()
+    assert snap["collectives"]["by_kind"]["all_reduce"]["calls"] == 2
+    assert snap["collectives"]["seconds"] == 0  # a group of one moves nothing
+    P.reset()
+    assert not P.COLLECTIVE_LOG.counts
+
+
+def test_op_overrides_match_without_the_overload_and_reach_dma(tmp_path):
+    cal = calibration_file(tmp_path, ops={"aten::add": {"engine": "scalar", "launch_seconds": 0},
+                                          "aten::cat": {"efficiency": 0.1}})
+    proj = P.Projector("trn2.3xlarge", calibration=cal)
+    add = proj.add_signature("aten::add.Tensor", "add", (meta(1 << 20), meta(1 << 20), 1))
+    assert add.engine == "scalar" and proj.launch_seconds(add) == 0
+    cat = proj.add_signature("aten::cat", "cat", ([meta(1 << 20), meta(1 << 20)], 0))
+    dma = proj.device.dma_bytes_per_s * 0.1
+    assert cat.engine == "dma" and cat.seconds == pytest.approx(cat.bytes / dma)
+
+
+def test_a_short_argument_list_loses_outputs_not_the_call(trn2):
+    cost = trn2.add_signature("aten::addmm", "short", (meta(16), meta(8, 16)))  # mat2 missing
+    assert not cost.outputs_known and cost.flops == 0 and cost.bytes == (16 + 8 * 16) * 2
+    with pytest.raises(P.ProjectionError, match="aten::mm takes 2 arguments, got 4"):
+        trn2.add_signature("aten::mm", "long", (meta(2, 2), meta(2, 2), 1, 2))
+
+
+def test_a_neuron_run_projects_as_its_cpu_reference():
+    def run(device):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 8))
+        model = model.to(device)
+        proj = P.Projector("trn2.3xlarge", calibration=P.defaults())
+        with P.ProjectionMode(proj) as mode:
+            model(torch.randn(32, 64, device=device)).sum().backward()
+        return proj.summary(mode.calls)
+
+    cpu, neuron = run("cpu"), run("neuron")
+    assert neuron["flops"] == cpu["flops"] == 3 * 2 * 32 * (64 * 128 + 128 * 8) - 2 * 32 * 64 * 128
+    assert neuron["device_seconds"] == pytest.approx(cpu["device_seconds"])
+
+
+def test_collective_log_places_ranks_beyond_one_instance_on_efa(monkeypatch):
+    class Group:  # a group c10d does not know: ranks 0..size-1
+        def size(self):
+            return 6
+
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setenv("TORCHNEURON_INSTANCE", "trn2.3xlarge")  # 4 logical cores
+    log = P.CollectiveLog()
+    rec = log.record("all_reduce", [torch.ones(8)], Group())
+    assert rec == P.CollectiveRecord("all_reduce", 32, 6, "efa")
+    log.record("reduce_scatter_tensor", [torch.ones(8)], Group())
+    assert log.counts[P.CollectiveRecord("reduce_scatter", 6 * 32, 6, "efa")] == 1

@@ -1,0 +1,55 @@
+"""Projected Trainium time and cost: a device model behind every kernel, graph and collective.
+
+Nothing here is measured: every figure is a projection from the hardware data
+in ``hardware.json`` and the calibration in force, labelled ``projected``.
+See ``docs/projection.md`` for the model, its assumptions and its limits.
+"""
+from __future__ import annotations
+
+import threading
+
+from .calibration import Calibration, CalibrationError, active_calibration, defaults, load_calibration
+from .collectives import COLLECTIVE_LOG, CollectiveLog, CollectiveRecord, collective_seconds, link_for_ranks
+from .graph import GraphCost
+from .hardware import DeviceModel, device_model, price
+from .kernel import KernelCost, ProjectionError, engine_of
+from .projector import Projector
+from .recording import ProjectionMode
+from .trace import chrome_trace, write_chrome_trace
+
+__all__ = [
+    "COLLECTIVE_LOG", "Calibration", "CalibrationError", "CollectiveLog", "CollectiveRecord", "DeviceModel",
+    "GraphCost", "KernelCost",
+    "ProjectionError", "ProjectionMode", "Projector", "active_calibration", "chrome_trace",
+    "collective_seconds", "defaults", "device_model", "engine_of", "get_projector", "link_for_ranks",
+    "load_calibration", "price", "reset", "snapshot", "write_chrome_trace",
+]
+
+_default: Projector | None = None
+_default_lock = threading.Lock()
+
+
+def get_projector() -> Projector:
+    """The process's projector (instance, LNC and calibration from the environment),
+    the one the eager accounting and the compile backend feed."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Projector()
+        return _default
+
+
+def snapshot(**kwargs) -> dict:
+    """``get_projector().snapshot(...)``: the JSON-serialisable projection for ``metrics()``
+    and the pilot report (arguments as ``Projector.snapshot``; ``collectives`` defaults
+    to what this process's ``neuron`` process groups ran)."""
+    kwargs.setdefault("collectives", dict(COLLECTIVE_LOG.counts))
+    return get_projector().snapshot(**kwargs)
+
+
+def reset() -> None:
+    """Forget projected signatures, graphs and recorded collectives (with the rest of the metrics)."""
+    COLLECTIVE_LOG.clear()
+    with _default_lock:
+        if _default is not None:
+            _default.reset()

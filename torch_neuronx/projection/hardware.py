@@ -1,0 +1,135 @@
+"""The Trainium figures a projection runs on, resolved for one logical core.
+
+``hardware.json`` holds per-physical-core and per-chip figures with their
+sources; a logical core (LNC=2 fuses two physical cores) gets ``lnc`` times
+the per-core peaks and its share of the chip's HBM and DMA bandwidth. The
+instance profiles of ``runtime/profiles.py`` say how many chips and cores an
+instance has; this module adds what the hardware can do and what it costs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from pathlib import Path
+
+import torch
+
+from ..runtime.errors import ConfigError
+from ..runtime.settings import get_int
+from ..runtime.profiles import InstanceProfile, get_profile
+
+DATA_FILE = Path(__file__).with_name("hardware.json")
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+LINKS = ("chip", "neuronlink", "efa")
+
+_FP8 = {d for d in (getattr(torch, n, None) for n in (
+    "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")) if d is not None}
+
+
+@functools.lru_cache(maxsize=1)
+def load_data() -> dict:
+    """The parsed data file (cached: it never changes while a process runs)."""
+    return json.loads(DATA_FILE.read_text(encoding="utf-8"))
+
+
+def tensor_dtype_class(dtype: torch.dtype) -> str:
+    """The TensorE rate class of a dtype: ``bf16`` (also fp16), ``fp8`` or ``fp32``.
+
+    Everything else runs at the FP32 rate: TensorE has no FP64, and 64-bit
+    integers and floats are narrowed to 32 bits on the device.
+    """
+    if dtype in (torch.bfloat16, torch.float16):
+        return "bf16"
+    if dtype in _FP8:
+        return "fp8"
+    return "fp32"
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceModel:
+    """What one logical NeuronCore of an instance can do, in base units (FLOP/s, B/s)."""
+
+    instance: str
+    target: str
+    legacy: bool
+    lnc: int
+    chips: int
+    logical_cores_per_chip: int
+    tensor_flops: dict[str, float]  # by dtype class
+    engine_flops: dict[str, float]  # vector, scalar, gpsimd: element operations per second
+    hbm_bytes_per_s: float  # this core's share of the chip's HBM bandwidth
+    dma_bytes_per_s: float  # this core's share of the chip's DMA bandwidth
+    link_bytes_per_s: dict[str, float | None]  # chip (core to core), neuronlink, efa
+
+    @property
+    def logical_cores(self) -> int:
+        return self.chips * self.logical_cores_per_chip
+
+    def tensor_peak(self, dtype: torch.dtype) -> float:
+        return self.tensor_flops[tensor_dtype_class(dtype)]
+
+
+def _value(figure: dict) -> float | None:
+    return figure["value"]
+
+
+def device_model(instance: str | InstanceProfile | None = None, lnc: int | None = None) -> DeviceModel:
+    """The device model of ``instance`` (default: ``TORCHNEURON_INSTANCE``) at ``lnc``
+    (default: ``NEURON_LOGICAL_NC_CONFIG``, else the profile's default)."""
+    profile = instance if isinstance(instance, InstanceProfile) else get_profile(instance)
+    data = load_data()
+    entry = data["instances"].get(profile.name)
+    if entry is None:
+        raise ConfigError(f"no projection data for instance profile {profile.name!r}; "
+                          f"add it to {DATA_FILE}")
+    lnc = lnc if lnc is not None else get_int("NEURON_LOGICAL_NC_CONFIG", profile.default_lnc)
+    if lnc not in profile.allowed_lnc:
+        raise ConfigError(f"LNC={lnc} is not supported on {profile.name} "
+                          f"(allowed: {', '.join(map(str, profile.allowed_lnc))})")
+    target = data["targets"][entry["target"]]
+    core, chip = target["per_physical_core"], target["per_chip"]
+    physical = _value(target["physical_cores_per_chip"])
+    if physical != profile.cores_per_chip:
+        raise ConfigError(f"{DATA_FILE.name} says {entry['target']} has {physical} cores per chip, "
+                          f"the {profile.name} profile says {profile.cores_per_chip}")
+    share = lnc / physical  # one logical core's share of a chip
+    return DeviceModel(
+        instance=profile.name,
+        target=entry["target"],
+        legacy=target["legacy"],
+        lnc=lnc,
+        chips=profile.chips,
+        logical_cores_per_chip=physical // lnc,
+        tensor_flops={k: _value(v) * lnc for k, v in core["tensor_flops"].items()},
+        engine_flops={e: _value(core[f"{e}_flops"]) * lnc for e in ("vector", "scalar", "gpsimd")},
+        hbm_bytes_per_s=_value(chip["hbm_bytes_per_s"]) * share,
+        dma_bytes_per_s=_value(chip["dma_bytes_per_s"]) * share,
+        link_bytes_per_s={
+            "chip": _value(chip["core_to_core_bytes_per_s"]) * share,
+            "neuronlink": _value(chip["neuronlink_bytes_per_s"]),
+            "efa": _value(entry["efa_bytes_per_s"]),
+        },
+    )
+
+
+def price(instance: str | None = None, price_per_hour: float | None = None) -> dict:
+    """The hourly price to project with and where it comes from.
+
+    A user's ``price_per_hour`` wins; otherwise the newest dated entry of the
+    price table (third-party figures: the source says so). ``usd_per_hour``
+    is ``None`` when neither exists.
+    """
+    name = get_profile(instance).name
+    if price_per_hour is not None:
+        if price_per_hour < 0:
+            raise ValueError(f"price_per_hour={price_per_hour} must be >= 0")
+        return {"usd_per_hour": float(price_per_hour), "source": "given by the user", "date": None,
+                "region": None, "instance": name}
+    prices = load_data()["instances"].get(name, {}).get("prices", [])
+    if not prices:
+        return {"usd_per_hour": None, "source": f"no price found for {name}; pass a price per hour",
+                "date": None, "region": None, "instance": name}
+    newest = max(prices, key=lambda p: p["date"])
+    return {"usd_per_hour": newest["usd_per_hour"], "source": newest["source"], "date": newest["date"],
+            "region": newest["region"], "instance": name}

@@ -1,0 +1,239 @@
+"""One kernel on one logical NeuronCore: its engine, work, bytes and roofline time.
+
+FLOPs come from PyTorch's own formulas (``torch.utils.flop_counter.flop_registry``);
+bytes are counted as ``torch.utils._runtime_estimation.get_num_bytes`` counts
+them (broadcast dimensions read once), the roofline
+``torch.distributed._tools.runtime_estimator`` uses. That module is not
+imported: it pulls in Inductor, about 4 s, too slow for the eager path. What
+this module adds is Trainium's engine split. The op → engine mapping (docs/projection.md):
+
+- TensorE: every op with a PyTorch FLOP formula (matmuls, convolutions,
+  attention), at the rate of its operands' dtype;
+- ScalarE: transcendentals and activation functions (``SCALAR_OPS``);
+- GpSimd: sorting, scans, scatter-accumulate and random numbers (``GPSIMD_OPS``);
+- DMA: copies, concatenation, gathers and indexing (``DMA_OPS``, ``*_copy``);
+- VectorE: every other op (arithmetic, comparisons, reductions, norms);
+- none: views and allocations, which launch no kernel.
+"""
+from __future__ import annotations
+
+import dataclasses
+from math import prod
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils.flop_counter import flop_registry
+
+from .calibration import Calibration
+from .hardware import DeviceModel, tensor_dtype_class
+
+aten = torch.ops.aten
+
+# CPU's fused attention kernels (what SDPA runs on the emulated device) count
+# as the flash kernels PyTorch has formulas for: same arguments, same work.
+_FLOP_ALIASES = {
+    name: flop_registry[packet] for name, packet in (
+        ("_scaled_dot_product_flash_attention_for_cpu", aten._scaled_dot_product_flash_attention),
+        ("_scaled_dot_product_flash_attention_for_cpu_backward",
+         aten._scaled_dot_product_flash_attention_backward),
+        ("_scaled_dot_product_fused_attention_overrideable", aten._scaled_dot_product_flash_attention),
+        ("_scaled_dot_product_fused_attention_overrideable_backward",
+         aten._scaled_dot_product_flash_attention_backward),
+    )
+}
+
+SCALAR_OPS = frozenset({
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "tanh_backward", "sigmoid",
+    "sigmoid_backward", "logit", "erf", "erfc", "erfinv", "rsqrt", "sqrt", "pow", "sin", "cos", "tan",
+    "asin", "acos", "atan", "atan2", "sinh", "cosh", "gelu", "gelu_backward", "silu", "silu_backward",
+    "mish", "mish_backward", "softplus", "softplus_backward", "elu", "elu_backward", "selu", "celu",
+    "hardswish", "hardsigmoid", "_softmax", "_log_softmax", "_softmax_backward_data",
+    "_log_softmax_backward_data", "_safe_softmax", "logsumexp", "log_sigmoid_forward",
+    "log_sigmoid_backward",
+})
+GPSIMD_OPS = frozenset({
+    "sort", "topk", "argsort", "cumsum", "cumprod", "cummax", "cummin", "nonzero", "_unique2",
+    "unique_consecutive", "scatter_add", "scatter_reduce", "index_add", "index_put", "_index_put_impl",
+    "embedding_dense_backward", "bernoulli", "uniform", "normal", "random", "randperm", "multinomial",
+    "native_dropout", "arange", "linspace", "bincount", "histc", "searchsorted",
+})
+DMA_OPS = frozenset({
+    "copy", "_to_copy", "_copy_from", "_copy_from_and_resize", "clone", "cat", "stack", "index_select",
+    "gather", "embedding", "index", "_unsafe_index", "scatter", "slice_scatter", "select_scatter",
+    "as_strided_scatter", "diagonal_scatter", "constant_pad_nd", "repeat", "roll", "flip", "tril",
+    "triu", "masked_select", "take", "_local_scalar_dense", "contiguous",
+})
+NO_KERNEL_OPS = frozenset({
+    "empty", "empty_strided", "empty_like", "resize", "_resize_output", "set", "lift_fresh",
+    "detach", "alias", "_reshape_alias", "_unsafe_view", "view", "as_strided",
+    "_has_compatible_shallow_copy_type", "is_pinned", "record_stream",
+})
+
+
+class ProjectionError(ValueError):
+    """An op name or argument list the projection cannot interpret."""
+
+
+def resolve_op(op: str):
+    """``"aten::mm"`` or ``"aten::add.Tensor"`` → the OpOverload (or the packet
+    when no overload is named and the op has no ``default`` overload)."""
+    namespace, sep, rest = op.partition("::")
+    if not sep or not rest:
+        raise ProjectionError(f"op {op!r} is not a qualified name such as 'aten::mm' or 'aten::add.Tensor'")
+    name, _, overload = rest.partition(".")
+    try:
+        packet = getattr(getattr(torch.ops, namespace), name)
+        if overload:
+            return getattr(packet, overload)
+        return packet.default if "default" in packet.overloads() else packet
+    except (AttributeError, RuntimeError):
+        raise ProjectionError(f"op {op!r} is not a registered operator") from None
+
+
+def _packet(fn):
+    return getattr(fn, "overloadpacket", fn)
+
+
+def base_name(fn) -> str:
+    """The op's name without namespace, overload or in-place underscore (``add_`` → ``add``)."""
+    name = _packet(fn).__name__
+    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
+
+
+def flop_formula(fn):
+    packet = _packet(fn)
+    return flop_registry.get(packet) or _FLOP_ALIASES.get(getattr(packet, "__name__", ""))
+
+
+def engine_of(fn) -> str:
+    """Which engine runs ``fn`` (see the module docstring); ``none`` for views/allocations."""
+    if flop_formula(fn) is not None:
+        return "tensor"
+    name = base_name(fn)
+    if getattr(fn, "is_view", False) or name in NO_KERNEL_OPS:
+        return "none"
+    if name in SCALAR_OPS:
+        return "scalar"
+    if name in GPSIMD_OPS:
+        return "gpsimd"
+    if name in DMA_OPS or name.endswith("_copy"):
+        return "dma"
+    return "vector"
+
+
+def _to_meta(x):
+    if isinstance(x, torch.Tensor) and x.device.type != "meta":
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    return x
+
+
+def _split_args(fn, args: tuple) -> tuple[tuple, dict]:
+    """A boxed argument list (every schema argument in order) → positional and keyword-only."""
+    schema = getattr(fn, "_schema", None)
+    if schema is None:
+        return tuple(args), {}
+    positional = [a for a in schema.arguments if not a.kwarg_only]
+    keyword = [a for a in schema.arguments if a.kwarg_only]
+    if len(args) > len(positional) + len(keyword):
+        raise ProjectionError(f"{schema.name} takes {len(schema.arguments)} arguments, got {len(args)}")
+    n = min(len(args), len(positional))
+    return tuple(args[:n]), {a.name: v for a, v in zip(keyword, args[n:])}
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes a kernel touches in ``t``: a stride-0 (broadcast) dimension is read once."""
+    return prod(int(size) for size, stride in zip(t.shape, t.stride()) if stride != 0) * t.element_size()
+
+
+def tensors_in(tree) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelCost:
+    """The projected cost of one call of one kernel signature (no launch overhead)."""
+
+    op: str
+    engine: str
+    flops: int  # TensorE FLOPs by PyTorch's formula; 0 on other engines
+    elements: int  # element operations on VectorE/ScalarE/GpSimd
+    bytes: int  # inputs read + outputs written (HBM traffic without on-chip reuse)
+    compute_seconds: float
+    memory_seconds: float
+    outputs_known: bool  # False when the op could not be run on meta tensors
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute_seconds, self.memory_seconds)
+
+    @property
+    def bound(self) -> str:
+        if self.engine == "none":
+            return "none"
+        return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
+
+
+def _tensor_rate(device: DeviceModel, inputs: list[torch.Tensor]) -> float:
+    """TensorE peak for the operands (2-D and up; biases and scales don't set the rate):
+    the slowest dtype class among them."""
+    operands = [t for t in inputs if t.dim() >= 2] or inputs
+    return min(device.tensor_flops[tensor_dtype_class(t.dtype)] for t in operands)
+
+
+def work(fn, args: tuple, kwargs: dict, out, outputs_known: bool = True) -> tuple[str, int, int, int]:
+    """(engine, flops, elements, bytes) of one call; ``args``/``out`` are meta tensors.
+    Without outputs, a FLOP formula that needs them counts 0 FLOPs."""
+    engine = engine_of(fn)
+    inputs, outputs = tensors_in((args, kwargs)), tensors_in(out)
+    if engine == "none":
+        return engine, 0, 0, 0
+    nbytes = sum(tensor_bytes(t) for t in inputs) + sum(tensor_bytes(t) for t in outputs)
+    if engine == "tensor":
+        try:
+            flops = int(flop_formula(fn)(*args, **kwargs, out_val=out))
+        except Exception:
+            if outputs_known:
+                raise
+            flops = 0
+        return engine, flops, 0, nbytes
+    elements = max((prod(t.shape) for t in inputs + outputs), default=0)
+    return engine, 0, elements, nbytes
+
+
+def roofline(op: str, engine: str, flops: int, elements: int, nbytes: int, rate_inputs: list[torch.Tensor],
+             device: DeviceModel, cal: Calibration, outputs_known: bool = True) -> KernelCost:
+    """``max(compute, memory)`` under the calibration's efficiency factors; a per-op
+    override is looked up by the exact name, then without the overload (``aten::add``)."""
+    override = cal.op_override(op)
+    engine = override.get("engine", engine)
+    if engine == "none":
+        return KernelCost(op, engine, 0, 0, 0, 0.0, 0.0, outputs_known)
+    if engine == "tensor":
+        eff = override.get("efficiency", cal.efficiency["tensor"])
+        compute = flops / (_tensor_rate(device, rate_inputs) * eff) if flops else 0.0
+    elif engine == "dma":
+        compute = 0.0
+    else:
+        eff = override.get("efficiency", cal.efficiency[engine])
+        compute = elements / (device.engine_flops[engine] * eff)
+    if engine == "dma":  # HBM to HBM through the DMA queues: the slower of the two
+        bandwidth = min(device.dma_bytes_per_s * override.get("efficiency", cal.efficiency["dma"]),
+                        device.hbm_bytes_per_s * cal.efficiency["hbm"])
+    else:
+        bandwidth = device.hbm_bytes_per_s * cal.efficiency["hbm"]
+    return KernelCost(op, engine, flops, elements, nbytes, compute, nbytes / bandwidth, outputs_known)
+
+
+def project_call(op: str, args: tuple, device: DeviceModel, cal: Calibration) -> KernelCost:
+    """Project one call of ``op`` with the boxed argument list ``args`` (tensors
+    may live on any device: only their metadata is used, on meta copies)."""
+    fn = resolve_op(op)
+    margs, mkwargs = _split_args(fn, tree_map(_to_meta, tuple(args)))
+    inputs = tensors_in((margs, mkwargs))
+    try:
+        out = fn(*margs, **mkwargs)
+        known = True
+    except Exception:  # no meta kernel, or a data-dependent output shape: inputs only
+        out, known = None, False
+    engine, flops, elements, nbytes = work(fn, margs, mkwargs, out, known)
+    return roofline(op, engine, flops, elements, nbytes, inputs, device, cal, known)
