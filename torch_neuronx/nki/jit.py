@@ -70,8 +70,10 @@ def _wrap(value):
         if value.device.type == "neuron":
             from .. import _C
 
-            value = _C._cpu_alias(value)
-        elif value.device.type != "cpu":
+            wrapped = from_framework(_C._cpu_alias(value))
+            wrapped._alloc.source = value  # returning an input returns the caller's tensor itself
+            return wrapped
+        if value.device.type != "cpu":
             raise TypeError(f"NKI kernels take neuron or CPU tensors, got one on {value.device}")
         return from_framework(value)
     if isinstance(value, np.ndarray):
