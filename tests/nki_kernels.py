@@ -181,3 +181,24 @@ def attention_fwd(q_t, k_t, v):
         nisa.tensor_scalar(dst=out_tile, data=out_psum, op0=nl.multiply, operand0=inv_sum)
         nisa.dma_copy(dst=out[i * P:(i + 1) * P, :], src=out_tile)
     return out
+
+
+@nki.jit
+def rmsnorm_masked(a_tensor, g_tensor):
+    """The RMSNorm tutorial's legacy form: nl.arange index grids, masks for the last partial tile."""
+    out_tensor = nl.ndarray(a_tensor.shape, dtype=a_tensor.dtype, buffer=nl.shared_hbm)
+    assert a_tensor.shape[1] == g_tensor.shape[0]
+    ix = nl.arange(128)[:, None]
+    iw = nl.arange(1)[:, None]
+    iy = nl.arange(a_tensor.shape[1])[None, :]
+    num_rows = a_tensor.shape[0]
+    g_tile = nl.load(g_tensor.reshape((1, g_tensor.shape[0]))[iw, iy])
+    for i in nl.affine_range(math.ceil(a_tensor.shape[0] / 128)):
+        a_tile = nl.load(a_tensor[i * 128 + ix, iy], mask=(i * 128 + ix < num_rows))
+        square_sum = nl.sum(nl.square(a_tile), axis=[1])  # a [128] tile: one value per partition
+        rms_reciprocal = nl.rsqrt(square_sum / a_tensor.shape[1])
+        out_tile = nl.multiply(a_tile, rms_reciprocal)
+        g_bcast = g_tile.broadcast_to((128, g_tensor.shape[0]))
+        out_tile[...] = nl.multiply(out_tile, g_bcast, mask=(i * 128 + ix < num_rows))
+        nl.store(out_tensor[i * 128 + ix, iy], value=out_tile, mask=(i * 128 + ix < num_rows))
+    return out_tensor

@@ -329,3 +329,15 @@ def test_a_real_nki_package_is_never_shadowed(tmp_path):
     """, tmp_path, extra_path=[str(tmp_path / "site")])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+def test_out_of_bounds_index_without_mask_is_reported():
+    @nki.jit
+    def overrun(x):
+        ix = nl.arange(128)[:, None]
+        iy = nl.arange(8)[None, :]
+        nl.load(x[ix, iy])
+        return x
+
+    with pytest.raises(NkiValidationError, match="out-of-bounds access.*pass mask="):
+        nki.simulate(overrun)(_rand(100, 8))

@@ -47,6 +47,7 @@ def test_tutorial_kernels_match_pytorch_on_device(dtype):
     x, w = _dev(200, 96, dtype=dtype), torch.rand(96, dtype=dtype).to("neuron")  # 200 rows: a partial tile
     ref = torch.nn.functional.rms_norm(x.cpu().float(), (96,), w.cpu().float(), eps=1e-6)
     _close(K.rmsnorm(x, w), ref, dtype)
+    _close(K.rmsnorm_masked(x, w), ref, dtype)
     _close(K.rmsnorm_isa(x, w, 1e-6), ref, dtype)
 
     x = _dev(256, 300, dtype=dtype)

@@ -157,8 +157,15 @@ def _result_dtype(args, dtype):
     return result
 
 
-def _compute(api: str, op: _ops.Op, args, dtype=None) -> NkiTensor:
-    values = [on_chip_values(a, f"nl.{api}") for a in args]
+def partition_aligned(values):
+    """NKI broadcasting: tiles line up on the partition axis (first), so a ``[P]`` tile is ``[P, 1]``."""
+    ndim = builtins.max((np.ndim(v) for v in values), default=0)
+    return [v.reshape(v.shape + (1,) * (ndim - v.ndim)) if 0 < np.ndim(v) < ndim else v for v in values]
+
+
+def _compute(api: str, op: _ops.Op, args, dtype=None, mask=None) -> NkiTensor:
+    """One engine instruction; ``mask`` (legacy) limits which elements matter, all are computed here."""
+    values = partition_aligned([on_chip_values(a, f"nl.{api}") for a in args])
     with np.errstate(all="ignore"):
         out = np.asarray(op.fn(*values))
     result = ndarray(out.shape, _result_dtype(args, dtype), sbuf)
@@ -169,11 +176,11 @@ def _compute(api: str, op: _ops.Op, args, dtype=None) -> NkiTensor:
 
 def _make_language(op: _ops.Op):
     if op.arity == 2:
-        def fn(x, y, dtype=None):
-            return _compute(op.name, op, (x, y), dtype)
+        def fn(x, y, dtype=None, mask=None):
+            return _compute(op.name, op, (x, y), dtype, mask)
     else:
-        def fn(x, dtype=None):
-            return _compute(op.name, op, (x,), dtype)
+        def fn(x, dtype=None, mask=None):
+            return _compute(op.name, op, (x,), dtype, mask)
     fn.__name__ = fn.__qualname__ = op.name
     fn.__doc__ = f"Elementwise {op.name} into a new SBUF tile ({op.engine} engine)."
     op.language = fn
@@ -257,9 +264,9 @@ def rms_norm(x, w, axis, n, epsilon=1e-06, dtype=None, compute_dtype=None):
     return result
 
 
-def where(condition, x, y, dtype=None):
-    c = on_chip_values(condition, "nl.where")
-    out = np.where(c != 0, on_chip_values(x, "nl.where"), on_chip_values(y, "nl.where"))
+def where(condition, x, y, dtype=None, mask=None):
+    c, a, b = partition_aligned([on_chip_values(v, "nl.where") for v in (condition, x, y)])
+    out = np.where(c != 0, a, b)
     result = ndarray(out.shape, _result_dtype([a for a in (x, y) if isinstance(a, NkiTensor)] or (condition,),
                                               dtype), sbuf)
     result.write(out)
@@ -298,24 +305,29 @@ def matmul(x, y, transpose_x=False):
 
 
 # -- data movement --------------------------------------------------------------
-def load(src, dtype=None) -> NkiTensor:
-    """HBM -> new SBUF tile, by DMA."""
+def load(src, dtype=None, mask=None) -> NkiTensor:
+    """HBM -> new SBUF tile, by DMA; with a (legacy) ``mask``, masked-out elements stay unwritten (NaN)."""
     if not isinstance(src, NkiTensor) or src.buffer.on_chip:
         raise _ValidationError(f"nl.load reads from HBM; got {src!r}. For on-chip copies use nisa.tensor_copy")
-    data = src.read()
+    data = src.read() if mask is None else src.read_masked(mask)
     tile = ndarray(data.shape, dtype or src.dtype, sbuf)
     tile.write(data.astype(np.float32) if _dtypes.is_float(src.dtype) else data)
-    _launch.current().cost.dma(data.size * tile.itemsize)
+    count = data.size if mask is None else int(np.broadcast_to(mask, data.shape).sum())
+    _launch.current().cost.dma(count * tile.itemsize)
     return tile
 
 
-def store(dst, value) -> None:
-    """SBUF tile (or scalar) -> HBM, by DMA."""
+def store(dst, value, mask=None) -> None:
+    """SBUF tile (or scalar) -> HBM, by DMA; with a (legacy) ``mask``, only where it holds."""
     if not isinstance(dst, NkiTensor) or dst.buffer.on_chip:
         raise _ValidationError(f"nl.store writes to HBM; got {dst!r}. For on-chip copies use nisa.tensor_copy")
     values = on_chip_values(value, "nl.store")
-    dst.write(np.broadcast_to(values, dst.shape) if np.ndim(values) == 0 else values)
-    _launch.current().cost.dma(math.prod(dst.shape) * dst.itemsize)
+    if mask is not None:
+        count = dst.write_masked(values, mask)
+    else:
+        dst.write(np.broadcast_to(values, dst.shape) if np.ndim(values) == 0 else values)
+        count = math.prod(dst.shape)
+    _launch.current().cost.dma(count * dst.itemsize)
 
 
 def load_transpose2d(src, dtype=None) -> NkiTensor:

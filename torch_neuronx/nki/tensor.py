@@ -132,7 +132,11 @@ class NkiTensor:
         return self.shape[0]
 
     def __repr__(self) -> str:
-        return f"NkiTensor(shape={self.shape}, dtype={self.dtype.name}, buffer={self.buffer.value})"
+        try:
+            shape = self.shape
+        except NkiValidationError:
+            shape = "out of bounds"
+        return f"NkiTensor(shape={shape}, dtype={self.dtype.name}, buffer={self.buffer.value})"
 
     # -- views --------------------------------------------------------------
     def __getitem__(self, key) -> "NkiTensor":
@@ -173,7 +177,12 @@ class NkiTensor:
     # -- data ---------------------------------------------------------------
     def _follow(self, array: np.ndarray) -> np.ndarray:
         for kind, step in self._path:
-            array = array[step] if kind == "key" else step(array)
+            try:
+                array = array[step] if kind == "key" else step(array)
+            except IndexError as exc:
+                raise NkiValidationError(
+                    f"out-of-bounds access to a {self.buffer.value} tensor of shape {array.shape}: {exc}. "
+                    "Index within the tensor, or pass mask= to nl.load/nl.store for a partial tile") from None
         return array
 
     def read(self) -> np.ndarray:
@@ -214,6 +223,43 @@ class NkiTensor:
         if self._alloc.written is not None:
             mask_view, mask_key = self._target(self._alloc.written)
             mask_view[mask_key] = True
+
+    def _masked_key(self, mask):
+        """(base array, index arrays clipped into range, mask broadcast to the indexed shape).
+
+        Legacy kernels index with ``nl.arange`` grids that may run past the
+        tensor's end and pass ``mask=`` to say which elements are real.
+        """
+        kind, key = self._path[-1] if self._path else (None, None)
+        if kind != "key" or not all(isinstance(k, (np.ndarray, int, np.integer)) for k in key):
+            raise NotEmulatedError("mask= on a view not built from nl.arange index grids")
+        base = NkiTensor(self._alloc, self._path[:-1]).read()
+        if len(key) != base.ndim:
+            raise NotEmulatedError("mask= with fewer index grids than tensor dimensions")
+        grids = np.broadcast_arrays(*[np.asarray(k) for k in key])
+        mask = np.broadcast_to(np.asarray(mask, dtype=bool), grids[0].shape)
+        clipped = tuple(np.clip(g, 0, n - 1) for g, n in zip(grids, base.shape))
+        return base, clipped, mask
+
+    def read_masked(self, mask) -> np.ndarray:
+        base, clipped, mask = self._masked_key(mask)
+        data = base[clipped].astype(np.float32) if dtypes.is_float(self.dtype) else base[clipped]
+        return np.where(mask, data, dtypes.sentinel(self.dtype))
+
+    def write_masked(self, values, mask) -> None:
+        if self._alloc.written is not None:
+            raise NotEmulatedError("mask= on a PSUM tensor")
+        base, clipped, mask = self._masked_key(mask)
+        if not np.shares_memory(base, self._alloc.array):
+            raise NotEmulatedError("writing through a reshape that needs a copy")
+        values = np.broadcast_to(values, mask.shape)
+        base[tuple(g[mask] for g in clipped)] = values[mask]
+        return int(mask.sum())
+
+    def broadcast_to(self, shape) -> "NkiTensor":
+        from . import language
+
+        return language.broadcast_to(self, shape)
 
     def written_mask(self) -> np.ndarray:
         return self._follow(self._alloc.written)
