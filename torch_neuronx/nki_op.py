@@ -18,8 +18,6 @@ from typing import Callable, Iterable
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from .nki.jit import Kernel
-
 
 def _signature_key(args) -> tuple:
     return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
@@ -71,6 +69,8 @@ def nki_op(name: str, fn: Callable | None = None, /, *, mutates_args: str | Iter
     """
     if fn is None:
         return functools.partial(nki_op, name, mutates_args=mutates_args, schema=schema)
+    from .nki.jit import Kernel  # the emulator loads on first registration, not at `import torch`
+
     impl = fn
     if isinstance(fn, Kernel):
         kernel = fn

@@ -18,6 +18,14 @@ from .cost import Estimate
 from .tensor import NkiTensor, from_framework
 
 
+_LATEST: dict[str, Estimate] = {}
+
+
+def estimates() -> dict[str, Estimate]:
+    """The latest estimate of every kernel launched in this process, by kernel name (projections)."""
+    return dict(_LATEST)
+
+
 def _grid(spec) -> tuple[int, ...]:
     spec = spec if isinstance(spec, tuple) else (spec,)
     return tuple(int(n) for n in spec)
@@ -59,7 +67,7 @@ class Kernel:
         with launch.running(run):
             for _ in run.programs():
                 result = self.func(*wrapped_args, **wrapped_kwargs)
-        self._estimates["last"] = run.estimate()
+        self._estimates["last"] = _LATEST[self.__name__] = run.estimate()
         framework = self.framework or ("torch" if any(isinstance(a, torch.Tensor)
                                                       for a in (*args, *kwargs.values())) else "numpy")
         return _unwrap(result, framework, neuron_device)
