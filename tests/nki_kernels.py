@@ -89,33 +89,6 @@ def rmsnorm(a_tensor, g_tensor):
 
 
 @nki.jit
-def rmsnorm_isa(x, weight, eps):
-    """RMSNorm with ISA instructions: ScalarE square+sum, per-row scale, weight broadcast by access pattern."""
-    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
-    rows_total, dim = x.shape
-    P = nl.tile_size.pmax
-    w_tile = nl.ndarray((P, dim), dtype=weight.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=w_tile, src=weight.ap(pattern=[[0, P], [1, dim]]))  # every partition reads the weight
-    for i in nl.affine_range(math.ceil(rows_total / P)):
-        rows = min(P, rows_total - i * P)
-        x_tile = nl.ndarray((rows, dim), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=x_tile, src=x[i * P:i * P + rows, :])
-        squares = nl.ndarray((rows, dim), dtype=nl.float32, buffer=nl.sbuf)
-        sum_sq = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.activation(dst=squares, op=nl.square, data=x_tile, reduce_op=nl.add, reduce_res=sum_sq,
-                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
-        rstd = nl.ndarray((rows, 1), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_scalar(dst=rstd, data=sum_sq, op0=nl.multiply, operand0=1.0 / dim, op1=nl.add, operand1=eps)
-        nisa.activation(dst=rstd, op=nl.rsqrt, data=rstd)
-        normed = nl.ndarray((rows, dim), dtype=nl.float32, buffer=nl.sbuf)
-        nisa.tensor_scalar(dst=normed, data=x_tile, op0=nl.multiply, operand0=rstd)
-        y_tile = nl.ndarray((rows, dim), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.tensor_tensor(dst=y_tile, data1=normed, data2=w_tile[0:rows, :], op=nl.multiply)
-        nisa.dma_copy(dst=out[i * P:i * P + rows, :], src=y_tile)
-    return out
-
-
-@nki.jit
 def softmax(x):
     """Row softmax: VectorE max, ScalarE exp with the row sum in its accumulator, VectorE scale."""
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)

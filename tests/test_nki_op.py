@@ -1,7 +1,8 @@
 """NKI kernels on `neuron` tensors: direct calls, `torch_neuronx.nki_op` in eager,
 inside torch.compile, with autograd, compile accounting, and in a tiny Llama."""
-import copy
-import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -9,6 +10,10 @@ import torch
 import nki_kernels as K
 import torch_neuronx
 from torch_neuronx import nki_op
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+from nki_rmsnorm import rmsnorm as rmsnorm_op  # noqa: E402  (the example's kernel, registered as an op)
+from nki_rmsnorm import rmsnorm_kernel, train_tiny_llama  # noqa: E402
 
 nki = torch_neuronx.nki
 nl, nisa = nki.language, nki.isa
@@ -48,7 +53,7 @@ def test_tutorial_kernels_match_pytorch_on_device(dtype):
     ref = torch.nn.functional.rms_norm(x.cpu().float(), (96,), w.cpu().float(), eps=1e-6)
     _close(K.rmsnorm(x, w), ref, dtype)
     _close(K.rmsnorm_masked(x, w), ref, dtype)
-    _close(K.rmsnorm_isa(x, w, 1e-6), ref, dtype)
+    _close(rmsnorm_kernel(x, w, 1e-6), ref, dtype)
 
     x = _dev(256, 300, dtype=dtype)
     _close(K.softmax(x), torch.softmax(x.cpu().float(), dim=-1), dtype)
@@ -87,30 +92,6 @@ def add_op(a_input: torch.Tensor, b_input: torch.Tensor) -> torch.Tensor:
     return c
 
 
-@nki_op("nki_test::rmsnorm", mutates_args=())
-def rmsnorm_op(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return K.rmsnorm_isa(x, weight, eps)
-
-
-def _rmsnorm_setup(ctx, inputs, output):
-    x, weight, eps = inputs
-    ctx.save_for_backward(x, weight)
-    ctx.eps = eps
-
-
-def _rmsnorm_backward(ctx, grad):
-    x, weight = ctx.saved_tensors
-    xf, gf = x.float(), grad.float()
-    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + ctx.eps)
-    gw = gf * weight.float()
-    dx = rstd * gw - xf * rstd.pow(3) * (gw * xf).mean(-1, keepdim=True)
-    dweight = (gf * xf * rstd).sum(0)
-    return dx.to(x.dtype), dweight.to(weight.dtype), None
-
-
-rmsnorm_op.register_autograd(_rmsnorm_backward, setup_context=_rmsnorm_setup)
-
-
 @nki_op("nki_test::scale_", mutates_args=("x",))
 @nki.jit
 def scale_inplace(x: torch.Tensor, factor: float) -> None:
@@ -142,7 +123,7 @@ def test_nki_op_compiles_once_per_signature():
     rmsnorm_op(x, w, 1e-5)  # a non-tensor argument is part of the signature
     per_op = torch_neuronx.metrics()["kernels"]["per_op"]
     assert per_op["nki_test::add"] == {"calls": 5, "signatures": 3, "misses": 3}
-    assert per_op["nki_test::rmsnorm"] == {"calls": 3, "signatures": 2, "misses": 2}
+    assert per_op["nki_examples::rmsnorm"] == {"calls": 3, "signatures": 2, "misses": 2}
 
 
 def test_nki_op_inside_torch_compile_matches_eager():
@@ -175,38 +156,21 @@ def test_nki_op_without_type_hints_gets_pytorchs_schema_error():
 
 
 # -- a kernel inside a model that trains ------------------------------------------------------------
-def _train_tiny_llama(use_nki: bool, monkeypatch) -> list[float]:
-    from transformers import LlamaConfig, LlamaForCausalLM
-    from transformers.models.llama import modeling_llama
-
-    if use_nki:
-        def forward(self, hidden_states):
-            flat = hidden_states.reshape(-1, hidden_states.shape[-1])
-            return rmsnorm_op(flat, self.weight, self.variance_epsilon).reshape(hidden_states.shape)
-
-        monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", forward)
-    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to("neuron")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(1)).to("neuron")
-    losses = []
-    for _ in range(4):
-        loss = model(ids, labels=ids).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-    monkeypatch.undo()
-    return losses
-
-
-def test_tiny_llama_with_nki_rmsnorm_trains_like_pytorch(monkeypatch):
-    reference = _train_tiny_llama(False, monkeypatch)
+def test_tiny_llama_with_nki_rmsnorm_trains_like_pytorch():
+    reference = train_tiny_llama(False)
     torch_neuronx.reset_metrics()
-    with_kernel = _train_tiny_llama(True, monkeypatch)
+    with_kernel = train_tiny_llama(True)
     # 2 layers x 2 norms + the final norm, 4 steps
-    assert torch_neuronx.metrics()["kernels"]["per_op"]["nki_test::rmsnorm"]["calls"] == 5 * 4
+    assert torch_neuronx.metrics()["kernels"]["per_op"]["nki_examples::rmsnorm"]["calls"] == 5 * 4
     assert reference[-1] < reference[0] - 0.1  # it does train
     assert with_kernel == pytest.approx(reference, rel=1e-5)
+
+
+def test_example_script_reports_losses_estimate_and_accounting():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(torch_neuronx.__file__)))
+    proc = subprocess.run([sys.executable, os.path.join(root, "examples", "nki_rmsnorm.py"), "--steps", "2"],
+                          env=dict(os.environ, PYTHONPATH=root), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "largest loss difference" in proc.stdout
+    assert "10 calls, 1 signature(s) compiled" in proc.stdout
+    assert "NKI kernel estimate (projection, trn2" in proc.stdout
