@@ -341,3 +341,43 @@ def test_out_of_bounds_index_without_mask_is_reported():
 
     with pytest.raises(NkiValidationError, match="out-of-bounds access.*pass mask="):
         nki.simulate(overrun)(_rand(100, 8))
+
+
+def test_language_level_functions_match_numpy():
+    @nki.jit
+    def kernel(x, y):
+        out = nl.ndarray((8, 6, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+        xs, ys = nl.load(x), nl.load(y)  # (16, 32), (32, 16)
+        grid = nl.mgrid[0:16, 0:32]
+        results = [
+            nl.softmax(xs, axis=1),
+            nl.rms_norm(xs, nl.full((16, 32), 2.0, dtype=nl.float32), axis=1, n=32),
+            nl.where(nl.greater(xs, 0.0), xs, nl.multiply(xs, 0.1)),
+            nl.exp(nl.subtract(xs, nl.max(xs, axis=1, keepdims=True))),
+            nl.broadcast_to(nl.mean(xs, axis=1, keepdims=True), (16, 32)),
+            nl.load(x[grid.p, grid.x]) * 2 - 1,
+        ]
+        for i, r in enumerate(results):
+            nl.store(out[i], value=r[0:6, 0:16])
+        mm = nl.matmul(xs, ys)  # x @ y, x transposed for TensorE by the compiler
+        mm_sb = nl.ndarray((16, 16), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=mm_sb, src=mm)
+        nl.store(out[6, 0:6, :], value=mm_sb[0:6, :])
+        nl.store(out[7, 0:6, :], value=nl.transpose(nl.load_transpose2d(x))[0:6, 0:16])
+        return out
+
+    x, y = _rand(16, 32), _rand(32, 16)[::-1].copy()
+    out = nki.simulate(kernel)(x, y)
+    e = np.exp(x - x.max(1, keepdims=True))
+    expected = [
+        e / e.sum(1, keepdims=True),
+        x / np.sqrt((x ** 2).mean(1, keepdims=True) + 1e-6) * 2,
+        np.where(x > 0, x, 0.1 * x),
+        e,
+        np.broadcast_to(x.mean(1, keepdims=True), (16, 32)),
+        2 * x - 1,
+        x @ y,
+        x,
+    ]
+    for i, ref in enumerate(expected):
+        np.testing.assert_allclose(out[i, 0:6, :], ref[0:6, 0:16], rtol=1e-5, atol=1e-5, err_msg=str(i))
