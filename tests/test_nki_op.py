@@ -133,7 +133,14 @@ def test_nki_op_inside_torch_compile_matches_eager():
         return rmsnorm_op(x * 2, w, 1e-6) + add_op(x, x)
 
     compiled = torch.compile(f, backend="neuron", fullgraph=True)
-    torch.testing.assert_close(compiled(x, w).cpu(), f(x, w).cpu())
+    got = compiled(x, w)
+    assert got.device.type == "neuron"
+    torch.testing.assert_close(got.cpu(), f(x, w).cpu())
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:  # the shape function answers on the inputs' device
+        out = rmsnorm_op(mode.from_tensor(x), mode.from_tensor(w), 1e-6)
+    assert out.device == x.device and out.shape == x.shape and out.dtype == x.dtype
 
 
 def test_nki_op_autograd_matches_pytorch_rmsnorm():

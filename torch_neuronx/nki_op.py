@@ -23,7 +23,7 @@ def _signature_key(args) -> tuple:
     return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
 
 
-def _fake_by_running(fn: Callable, mutated: frozenset[str]):
+def _fake_by_running(fn: Callable):
     """Output metadata from one real run on zero-filled CPU tensors, cached per signature."""
     cache: dict = {}
     parameters = list(inspect.signature(fn).parameters)
@@ -37,7 +37,8 @@ def _fake_by_running(fn: Callable, mutated: frozenset[str]):
                         for name, v in bound.items()}
                 out = fn(**real)
             cache[key] = _metadata(out)
-        return _materialize(cache[key])
+        device = next((v.device for v in bound.values() if isinstance(v, torch.Tensor)), None)
+        return _materialize(cache[key], device)
 
     return fake
 
@@ -50,12 +51,12 @@ def _metadata(out):
     return ("value", out)
 
 
-def _materialize(meta):
+def _materialize(meta, device):
     kind = meta[0]
     if kind == "tensor":
-        return torch.empty(meta[1], dtype=meta[2])
+        return torch.empty(meta[1], dtype=meta[2], device=device)
     if kind == "seq":
-        return meta[1](_materialize(m) for m in meta[2])
+        return meta[1](_materialize(m, device) for m in meta[2])
     return meta[1]
 
 
@@ -81,6 +82,5 @@ def nki_op(name: str, fn: Callable | None = None, /, *, mutates_args: str | Iter
         impl.__signature__ = inspect.signature(kernel.func)
         impl.__name__ = kernel.__name__
     op = torch.library.custom_op(name, impl, mutates_args=mutates_args, device_types="cpu", schema=schema)
-    mutated = frozenset([mutates_args] if isinstance(mutates_args, str) else mutates_args)
-    op.register_fake(_fake_by_running(impl, mutated))
+    op.register_fake(_fake_by_running(impl))
     return op
