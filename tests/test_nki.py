@@ -229,10 +229,31 @@ def test_matmul_operand_buffers_and_sizes():
 
     assert "free size 1024 > 512" in _kernel_raising(moving_too_wide)
 
+    def int_accumulator(x):
+        acc = nl.ndarray((64, 64), dtype=nl.int32, buffer=nl.psum)
+        tile = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.nc_matmul(acc, tile, tile)
 
-def test_engines_compute_only_on_chip():
+    assert "must be float32" in _kernel_raising(int_accumulator)
+
+
+def test_engines_compute_only_on_chip_and_bitvec_ops_only_on_integers():
     message = _kernel_raising(lambda x: nl.exp(x))
     assert "nl.exp" in message and "read only SBUF and PSUM" in message
+    message = _kernel_raising(lambda x: nl.bitwise_and(nl.load(x[0:128, :]), 1))
+    assert "bit-vector operator and needs integer tiles" in message
+
+    @nki.jit
+    def mask_low_bits(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        res = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=res, data=t, op0=nl.bitwise_and, operand0=3)
+        nl.store(out, value=res)
+        return out
+
+    ints = np.arange(32, dtype=np.int32).reshape(4, 8)
+    np.testing.assert_array_equal(nki.simulate(mask_low_bits)(ints), ints & 3)
 
 
 def test_unsupported_api_names_the_call():
@@ -314,6 +335,28 @@ def test_script_whose_first_line_is_import_nki_runs_through_the_module_runner(tm
     proc = _python(["-m", "torch_neuronx.nki", str(script), "--flag"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True 128 ['--flag']"
+
+
+def test_a_real_nki_package_from_another_finder_is_never_shadowed(tmp_path):
+    proc = _python("""
+        import importlib.abc, importlib.machinery, importlib.util, sys, types
+        class EditableFinder(importlib.abc.MetaPathFinder):  # how setuptools editable installs resolve
+            def find_spec(self, name, path=None, target=None):
+                if name == "nki":
+                    return importlib.machinery.ModuleSpec("nki", Loader())
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return types.ModuleType("nki")
+            def exec_module(self, module):
+                module.REAL = True
+        sys.meta_path.append(EditableFinder())
+        import torch, torch_neuronx
+        import nki
+        assert nki.REAL
+        print("ok")
+    """, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
 
 
 def test_a_real_nki_package_is_never_shadowed(tmp_path):

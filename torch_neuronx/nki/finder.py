@@ -1,8 +1,8 @@
 """Make ``import nki`` (and ``nki.language``, ``nki.isa``) resolve to this emulation.
 
-Only when the real ``nki`` package is not importable: the finder asks the
-ordinary path finder first and steps aside if it finds one, so an installed
-Neuron SDK always wins. Installed by ``import torch_neuronx`` (which plain
+Only when the real ``nki`` package is not importable: the finder asks every
+other finder first and steps aside if one finds it, so an installed Neuron SDK
+always wins (also an editable install, whose finder sits on sys.meta_path). Installed by ``import torch_neuronx`` (which plain
 ``import torch`` triggers through the backend autoload); a script whose first
 line is ``import nki`` runs through ``python -m torch_neuronx.nki script.py``.
 """
@@ -19,8 +19,13 @@ _TARGET = "torch_neuronx.nki"
 
 
 def real_nki_installed() -> bool:
-    """Is there an ``nki`` package on sys.path other than this alias?"""
-    return importlib.machinery.PathFinder.find_spec(_ALIAS) is not None
+    """Would any other finder (sys.path, editable installs, zip imports) import an ``nki``?"""
+    for finder in sys.meta_path:
+        if isinstance(finder, NkiFinder) or not hasattr(finder, "find_spec"):
+            continue
+        if finder.find_spec(_ALIAS, None) is not None:
+            return True
+    return False
 
 
 class _AliasLoader(importlib.abc.Loader):

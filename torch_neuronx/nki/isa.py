@@ -14,9 +14,9 @@ import numpy as np
 from . import dtypes as _dtypes
 from . import launch as _launch
 from . import ops as _ops
-from .errors import NkiValidationError
+from .errors import NkiValidationError  # noqa: F401  (nki.isa.NkiValidationError in the real API)
 from .errors import module_getattr as _module_getattr
-from .language import _per_partition, on_chip_values
+from .language import _per_partition, check_bitvec, on_chip_values
 from .tensor import MemoryRegion, NkiTensor
 
 
@@ -63,9 +63,6 @@ class nc_version(enum.Enum):  # noqa: N801
     gen2 = "trn1"
     gen3 = "trn2"
     gen4 = "trn3"
-
-
-NkiValidationError = NkiValidationError
 
 
 def get_nc_version() -> nc_version:
@@ -171,6 +168,9 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     _require(stationary, api, "stationary", MemoryRegion.sbuf)
     _require(moving, api, "moving", MemoryRegion.sbuf)
     _require(dst, api, "dst", MemoryRegion.psum)
+    if dst.dtype not in (np.float32, _dtypes.bfloat16):
+        raise NkiValidationError(f"{api}: dst {dst!r} must be float32 (or bfloat16): TensorE accumulates in "
+                                 "fp32 PSUM; cast when copying the result to SBUF (nisa.tensor_copy)")
     limits = _launch.current().limits
     (k, m), (k2, n) = stationary.shape[:1] + (_per_partition(stationary.shape),), \
         moving.shape[:1] + (_per_partition(moving.shape),)
@@ -239,6 +239,7 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None) -> No
     if data1.buffer is MemoryRegion.psum and data2.buffer is MemoryRegion.psum:
         raise NkiValidationError(f"{api}: data1 and data2 cannot both be in PSUM; copy one to SBUF first")
     _same_partitions(api, dst, data1, data2)
+    check_bitvec(api, op, (dst, data1, data2))
     a, b = on_chip_values(data1, api), on_chip_values(data2, api)
     with np.errstate(all="ignore"):
         dst.write(op.fn(a.reshape(dst.shape), b.reshape(dst.shape)))
@@ -255,6 +256,7 @@ def tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None, operand1=N
     with np.errstate(all="ignore"):
         for op, operand, reverse in steps:
             op = _alu(op, api)
+            check_bitvec(api, op, (dst, data))
             operand = _free_broadcast(on_chip_values(operand, api), values.shape)
             values = op.fn(operand, values) if reverse else op.fn(values, operand)
     dst.write(values)
@@ -266,6 +268,7 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None) 
     op = _alu(op, api)
     if op.reduce is None:
         raise NkiValidationError(f"{api}: {op!r} is not a reduction operator")
+    check_bitvec(api, op, (dst, data))
     axes = tuple(a % data.ndim for a in (axis if isinstance(axis, (list, tuple)) else (axis,)))
     if 0 in axes or axes != tuple(range(data.ndim - len(axes), data.ndim)):
         raise NkiValidationError(f"{api}: axis {axis} must be the last free axes of {data!r} "

@@ -139,7 +139,7 @@ def _charge(t: NkiTensor, inputs: int, engine: str = "vector") -> None:
 def on_chip_values(x, api: str):
     """The fp32 values of a tile operand (or the scalar itself), checking it is on chip."""
     if not isinstance(x, NkiTensor):
-        return np.float32(x) if isinstance(x, (float, int, np.number)) else x
+        return x  # Python scalars stay weakly typed: fp32 math on float tiles, integer math on int tiles
     if not x.buffer.on_chip:
         raise _ValidationError(
             f"{api}: operand {x!r} is in {x.buffer.value}; the compute engines read only SBUF and PSUM. "
@@ -163,8 +163,17 @@ def partition_aligned(values):
     return [v.reshape(v.shape + (1,) * (ndim - v.ndim)) if 0 < np.ndim(v) < ndim else v for v in values]
 
 
+def check_bitvec(api: str, op: _ops.Op, tiles) -> None:
+    """Bit-vector operators see raw bits: the engines allow them on integer tiles only."""
+    floats = [t for t in tiles if isinstance(t, NkiTensor) and _dtypes.is_float(t.dtype)]
+    if op.bitvec and floats:
+        raise _ValidationError(f"{api}: {op!r} is a bit-vector operator and needs integer tiles, got "
+                               f"{floats[0]!r}; use nisa.tensor_copy to an integer tile first")
+
+
 def _compute(api: str, op: _ops.Op, args, dtype=None, mask=None) -> NkiTensor:
     """One engine instruction; ``mask`` (legacy) limits which elements matter, all are computed here."""
+    check_bitvec(f"nl.{api}", op, args)
     values = partition_aligned([on_chip_values(a, f"nl.{api}") for a in args])
     with np.errstate(all="ignore"):
         out = np.asarray(op.fn(*values))
