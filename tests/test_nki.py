@@ -424,3 +424,25 @@ def test_language_level_functions_match_numpy():
     ]
     for i, ref in enumerate(expected):
         np.testing.assert_allclose(out[i, 0:6, :], ref[0:6, 0:16], rtol=1e-5, atol=1e-5, err_msg=str(i))
+
+
+def test_scalar_engine_accumulation_registers():
+    @nki.jit
+    def sums(x):
+        out = nl.ndarray((4, 3), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)  # (4, 8)
+        act = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+        res = nl.ndarray((4, 3), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=act, op=nl.copy, data=t, reduce_op=nl.add, reduce_res=res[:, 0:1],
+                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.activation(dst=act, op=nl.copy, data=t, scale=2.0, reduce_op=nl.add, reduce_res=res[:, 1:2],
+                        reduce_cmd=nisa.reduce_cmd.reduce)  # registers now hold 1x + 2x the row sums
+        nisa.activation(dst=act, op=nl.exp, data=t, reduce_op=nl.add, reduce_res=res[:, 2:3])  # idle: own sums
+        nl.store(out, value=res)
+        return out
+
+    x = _rand(4, 8)
+    out = nki.simulate(sums)(x)
+    np.testing.assert_allclose(out[:, 0], x.sum(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out[:, 1], 3 * x.sum(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out[:, 2], np.exp(x).sum(1), rtol=1e-5)

@@ -298,18 +298,29 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
 
 
 def _reduce_registers(api, out, reduce_op, reduce_res, cmd) -> None:
-    run = _launch.current()
+    """ScalarE's per-partition accumulation registers, following the ``nisa.activation`` pseudo code.
+
+    ``reset``/``reset_reduce`` zero them, ``reduce``/``reset_reduce`` add this instruction's free-axis
+    sums; ``reduce_res`` reads them out. With ``idle`` they are untouched and ``reduce_res`` gets this
+    instruction's own sums.
+    """
     if reduce_res is None and cmd is reduce_cmd.idle:
         return
+    if cmd is reduce_cmd.load_reduce:
+        from .errors import NotEmulatedError
+
+        raise NotEmulatedError(f"{api}(reduce_cmd=load_reduce)")
     if reduce_op is not None and _alu(reduce_op, api).name != "add":
         raise NkiValidationError(f"{api}: reduce_op must be nl.add, got {reduce_op!r}")
-    partials = out.reshape(out.shape[0], -1).sum(axis=1) if reduce_op is not None else 0.0
+    run = _launch.current()
+    partials = out.reshape(out.shape[0], -1).sum(axis=1) if reduce_op is not None else None
     if cmd in (reduce_cmd.reset, reduce_cmd.reset_reduce) or run.accumulator is None:
         run.accumulator = np.zeros(out.shape[0], dtype=np.float32)
-    if cmd in (reduce_cmd.reduce, reduce_cmd.reset_reduce) or (cmd is reduce_cmd.idle and reduce_op is not None):
+    if cmd in (reduce_cmd.reduce, reduce_cmd.reset_reduce) and partials is not None:
         run.accumulator = run.accumulator + partials
     if reduce_res is not None:
-        reduce_res.write(run.accumulator.reshape(reduce_res.shape))
+        result = partials if cmd is reduce_cmd.idle and partials is not None else run.accumulator
+        reduce_res.write(result.reshape(reduce_res.shape))
 
 
 def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None) -> None:
