@@ -264,6 +264,16 @@ def test_unsupported_api_names_the_call():
     with pytest.raises(AttributeError):
         nl.no_such_api
 
+    @nki.jit
+    def fp8_double_row(x):
+        acc = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.psum)
+        t = nl.load(x)
+        nisa.nc_matmul(acc, t, t, perf_mode=nisa.matmul_perf_mode.double_row)
+        return x
+
+    with pytest.raises(NotEmulatedError, match=r"nisa\.nc_matmul\(perf_mode=double_row\) is not emulated yet"):
+        nki.simulate(fp8_double_row)(_rand(4, 4))
+
 
 # -- cost estimate ------------------------------------------------------------------------------
 def test_estimate_follows_published_rules():

@@ -14,7 +14,7 @@ import numpy as np
 from . import dtypes as _dtypes
 from . import launch as _launch
 from . import ops as _ops
-from .errors import NkiValidationError  # noqa: F401  (nki.isa.NkiValidationError in the real API)
+from .errors import NkiValidationError, NotEmulatedError  # (nki.isa.NkiValidationError in the real API)
 from .errors import module_getattr as _module_getattr
 from .language import _per_partition, check_bitvec, on_chip_values
 from .tensor import MemoryRegion, NkiTensor
@@ -162,8 +162,6 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     """``dst = stationary.T @ moving`` accumulated in PSUM (fp32)."""
     api = "nisa.nc_matmul"
     if perf_mode is not matmul_perf_mode.none:
-        from .errors import NotEmulatedError
-
         raise NotEmulatedError(f"{api}(perf_mode={perf_mode.name})")
     _require(stationary, api, "stationary", MemoryRegion.sbuf)
     _require(moving, api, "moving", MemoryRegion.sbuf)
@@ -172,8 +170,8 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         raise NkiValidationError(f"{api}: dst {dst!r} must be float32 (or bfloat16): TensorE accumulates in "
                                  "fp32 PSUM; cast when copying the result to SBUF (nisa.tensor_copy)")
     limits = _launch.current().limits
-    (k, m), (k2, n) = stationary.shape[:1] + (_per_partition(stationary.shape),), \
-        moving.shape[:1] + (_per_partition(moving.shape),)
+    k, m = stationary.shape[0], _per_partition(stationary.shape)
+    k2, n = moving.shape[0], _per_partition(moving.shape)
     pmax, mmax, nmax = (int(limits[x]) for x in ("partitions", "gemm_stationary_fmax", "gemm_moving_fmax"))
     if k != k2:
         raise NkiValidationError(f"{api}: contraction sizes differ: stationary {stationary.shape} has K={k} "
@@ -307,8 +305,6 @@ def _reduce_registers(api, out, reduce_op, reduce_res, cmd) -> None:
     if reduce_res is None and cmd is reduce_cmd.idle:
         return
     if cmd is reduce_cmd.load_reduce:
-        from .errors import NotEmulatedError
-
         raise NotEmulatedError(f"{api}(reduce_cmd=load_reduce)")
     if reduce_op is not None and _alu(reduce_op, api).name != "add":
         raise NkiValidationError(f"{api}: reduce_op must be nl.add, got {reduce_op!r}")
