@@ -88,3 +88,9 @@ from .fidelity import (  # noqa: E402  (public API of the fidelity layer, docs/f
     set_host_ops,
     set_kernel_accounting,
 )
+
+# NKI emulation (docs/nki.md): `import nki` resolves to torch_neuronx.nki unless the real package is installed.
+from .nki.finder import install as _install_nki_finder  # noqa: E402
+
+_install_nki_finder()
+from .nki_op import nki_op  # noqa: E402,F401

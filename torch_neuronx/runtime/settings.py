@@ -160,6 +160,14 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        "replacing the defaults of the **projected** device time "
        "([projection](projection.md#calibrating-from-one-measured-run))", "ours",
        "projection/calibration.py", default_text="unset"),
+    # --- NKI ---------------------------------------------------------------------
+    _S("NEURON_PLATFORM_TARGET_OVERRIDE", "str", None,
+       "NKI kernel target: `trn1`/`trn2`/`trn3` (or `gen2`/`gen3`/`gen4`): limits and clocks of the "
+       "capacity checks and time estimate ([nki](nki.md))", "product", "nki/hardware.py",
+       default_text="the instance profile's family"),
+    _S("NKI_PRECISE_FP", "flag", True,
+       "`1`: NKI bf16/fp8 tiles are stored in their own format (every write rounds); `0`: float tiles "
+       "are held in fp32 ([nki](nki.md))", "product", "nki/dtypes.py"),
     # --- read outside the package -----------------------------------------
     _S("TORCH_DEVICE_BACKEND_AUTOLOAD", "flag", True,
        "`0` stops `import torch` from loading the backend (then `import torch_neuronx`)", "pytorch",
