@@ -39,3 +39,25 @@ def install() -> None:
     current = os.environ.get(INDUCTOR_CACHE_ENV)
     if current is None or current == os.environ.get(_CHOSEN_ENV):
         os.environ[INDUCTOR_CACHE_ENV] = os.environ[_CHOSEN_ENV] = os.path.abspath(compile_cache_dir())
+
+
+# Graph keys "loaded" in this process: the real product's in-memory cache in front of the disk.
+_loaded_graphs: set[str] = set()
+
+
+def claim_graph(key: str, record: dict) -> str:
+    """Account one compiled graph against the caches eager kernels use (notes §3, §9).
+
+    Returns ``"memory hit"`` (already loaded in this process), ``"disk hit"``
+    (in the persistent NEFF cache) or ``"compiled"`` (neuronx-cc would run).
+    """
+    from .. import fidelity
+    from ..fidelity.neff_cache import Outcome
+
+    if key in _loaded_graphs:
+        return "memory hit"
+    _loaded_graphs.add(key)
+    neff_cache, _ = fidelity.neff_target()
+    if neff_cache is not None and neff_cache.claim(key, record) is Outcome.HIT:
+        return "disk hit"
+    return "compiled"

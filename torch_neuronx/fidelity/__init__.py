@@ -58,6 +58,12 @@ def use_neff_cache(directory) -> None:
     _accounting.tracker.clear()
 
 
+def neff_target() -> tuple[NeffCache | None, dict]:
+    """The persistent NEFF cache and compiler configuration kernels are accounted
+    against; compiled graphs share both, as on Trainium (notes §9)."""
+    return _accounting.cache, dict(_accounting.config)
+
+
 def set_kernel_accounting(enabled: bool) -> None:
     """Turn signature hashing, cache lookups and op tracking on or off."""
     global _enabled
