@@ -95,11 +95,10 @@ def _graph_outputs(gm: torch.fx.GraphModule) -> list[Any]:
 
 def _graph_compiler_config() -> dict:
     """The compiler suffix of a compiled graph's key: the eager one at ``-O2`` (notes §1, §3)."""
-    from .. import fidelity
+    from ..fidelity.kernels import compiler_config
 
-    _, config = fidelity.neff_target()
-    config["opt_level"] = "-O2"
-    return config
+    topology = torch.neuron.topology()
+    return {**compiler_config(topology.profile.family, topology.lnc), "opt_level": "-O2"}
 
 
 def _us_since(start: float) -> float:
@@ -110,7 +109,7 @@ def _lower_and_account(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], record: NeuronCompilationMetrics
 ) -> None:
     """StableHLO of ``gm`` (already on CPU), its graph key, artifact and cache outcome, into ``record``."""
-    lowered = stablehlo.lower_fx_graph(gm, record.graph_name)
+    lowered = stablehlo.lower_fx_graph(gm)  # function "main": the key must not depend on the AOT counter
     if lowered is not None:
         record.torch_neuronx_lower_us = lowered.seconds * 1e6
         record.stablehlo_op_count = lowered.op_count

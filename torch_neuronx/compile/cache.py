@@ -9,6 +9,7 @@ compile *or* ``torch.compiler.load_cache_artifacts()``, hence at import.
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 
 from ..runtime.config import env_flag, env_str
@@ -41,8 +42,11 @@ def install() -> None:
         os.environ[INDUCTOR_CACHE_ENV] = os.environ[_CHOSEN_ENV] = os.path.abspath(compile_cache_dir())
 
 
-# Graph keys "loaded" in this process: the real product's in-memory cache in front of the disk.
-_loaded_graphs: set[str] = set()
+# Graph keys "loaded" in this process, per persistent cache: the real product's in-memory cache
+# in front of the disk. ``torch_neuronx.use_neff_cache`` starts a new cache object, so accounting
+# then starts afresh, as for eager kernels.
+_loaded_graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_loaded_without_cache: set[str] = set()
 
 
 def claim_graph(key: str, record: dict) -> str:
@@ -54,10 +58,11 @@ def claim_graph(key: str, record: dict) -> str:
     from .. import fidelity
     from ..fidelity.neff_cache import Outcome
 
-    if key in _loaded_graphs:
+    neff_cache = fidelity.active_neff_cache()
+    loaded = _loaded_without_cache if neff_cache is None else _loaded_graphs.setdefault(neff_cache, set())
+    if key in loaded:
         return "memory hit"
-    _loaded_graphs.add(key)
-    neff_cache, _ = fidelity.neff_target()
+    loaded.add(key)
     if neff_cache is not None and neff_cache.claim(key, record) is Outcome.HIT:
         return "disk hit"
     return "compiled"

@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import tempfile
 import time
 import warnings
@@ -51,10 +52,14 @@ class Lowered:
     seconds: float
 
 
+def _installed() -> bool:
+    return importlib.util.find_spec("torch_mlir") is not None
+
+
 def available() -> bool:
     """True when torch-mlir can be imported; warns once (never raises) when it cannot."""
     global _warned_missing
-    if importlib.util.find_spec("torch_mlir") is not None:
+    if _installed():
         return True
     if not _warned_missing:
         _warned_missing = True
@@ -117,6 +122,29 @@ def count_ops(module: Any) -> int:
     return count
 
 
+_ILLEGAL_OP = re.compile(r"failed to legalize operation '([^']+)'")
+_OPERATOR_NAME = re.compile(r'<\{name = "([^"]+)"')
+
+
+def _summary(diagnostics: Sequence[str], exc: BaseException) -> str:
+    """The op torch-mlir could not lower, e.g. ``no lowering for torch.aten.erfinv``.
+
+    Constants left behind by an op that did not lower are named only when no
+    op is (they are a symptom, not the cause).
+    """
+    illegal = []
+    for message in diagnostics:
+        match = _ILLEGAL_OP.search(message)
+        if match:
+            named = _OPERATOR_NAME.search(message) if match.group(1) == "torch.operator" else None
+            illegal.append(named.group(1) if named else match.group(1))
+    if illegal:
+        causes = [name for name in illegal if not name.startswith("torch.constant.")] or illegal
+        return f"no lowering for {causes[0]}"
+    text = "; ".join(d for d in diagnostics if "backend contract" not in d) or str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def lower_fx_graph(gm: torch.fx.GraphModule, name: str = "main") -> Lowered | None:
     """Lower an ATen FX graph (nodes carrying ``meta['val']``) to StableHLO.
 
@@ -147,8 +175,9 @@ def lower_fx_graph(gm: torch.fx.GraphModule, name: str = "main") -> Lowered | No
             fx_importer=FxImporter(context=context),
         )
     except Exception as exc:  # torch-mlir raises its own error types, and Python errors on unknown ops
-        detail = "; ".join(d for d in diagnostics if "backend contract" not in d) or str(exc).splitlines()[0]
-        raise LoweringError(f"torch-mlir could not lower the graph to StableHLO: {detail}", diagnostics) from None
+        raise LoweringError(
+            f"torch-mlir could not lower the graph to StableHLO: {_summary(diagnostics, exc)}", diagnostics
+        ) from None
     text = str(module)  # the default printer omits locations, as the real key requires
     return Lowered(text=text, op_count=count_ops(module), seconds=time.perf_counter() - start)
 

@@ -58,10 +58,10 @@ def use_neff_cache(directory) -> None:
     _accounting.tracker.clear()
 
 
-def neff_target() -> tuple[NeffCache | None, dict]:
-    """The persistent NEFF cache and compiler configuration kernels are accounted
-    against; compiled graphs share both, as on Trainium (notes §9)."""
-    return _accounting.cache, dict(_accounting.config)
+def active_neff_cache() -> NeffCache | None:
+    """The persistent NEFF cache kernels are accounted against; compiled graphs
+    share it, as on Trainium (notes §9)."""
+    return _accounting.cache
 
 
 def set_kernel_accounting(enabled: bool) -> None:
