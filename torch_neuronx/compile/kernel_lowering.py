@@ -18,6 +18,7 @@ from collections import defaultdict
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
@@ -93,8 +94,15 @@ def _trace(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> torch.
     traced = make_fx(
         torch.func.functionalize(call, remove="mutations_and_views"),
         decomposition_table=get_decomposition_table(),
+        tracing_mode="fake",
     )
-    return traced(*(flat[i] for i in positions))
+    # Fake CPU twins of the meta inputs: no memory, and ops that copy (``_to_copy``) trace.
+    with FakeTensorMode():
+        inputs = [
+            torch.empty_strided(flat[i].shape, flat[i].stride(), dtype=flat[i].dtype, device="cpu")
+            for i in positions
+        ]
+    return traced(*inputs)
 
 
 def lower_kernel(op: str, args: tuple, kwargs: dict | None = None) -> LoweringResult:
