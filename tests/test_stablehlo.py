@@ -223,3 +223,22 @@ def test_graph_key_recomputes_from_artifact_text():
     assert base != stablehlo.graph_key("module {}", [x.double()], [x], {"target": "trn2"})
     assert base != stablehlo.graph_key("module {}", [x], [x], {"target": "trn1"})
     assert len(base) == len(hashlib.sha256().hexdigest())
+
+
+@pytest.mark.slow
+def test_opinfo_sweep_classifies_ops_and_writes_the_docs_section(tmp_path):
+    from benchmarks import opinfo_lowering
+
+    result = opinfo_lowering.sweep({"add", "erfinv", "nonzero"})
+    ops = result["ops"]
+    assert ops["add"]["status"] == "lowers" and "aten::add.Tensor" in ops["add"]["kernels"]
+    assert ops["erfinv"]["status"] == "does not lower" and "aten::erfinv" in ops["erfinv"]["failing_kernels"]
+    assert ops["nonzero"]["status"] == "does not lower"  # data-dependent output shape
+    assert (result["ops_checked"], result["ops_lowering"]) == (3, 1)
+    doc = tmp_path / "compile.md"
+    doc.write_text(f"before\n{opinfo_lowering.BEGIN}\nstale\n{opinfo_lowering.END}\nafter\n")
+    opinfo_lowering.write_docs(result, doc)
+    text = doc.read_text()
+    assert "stale" not in text and text.startswith("before\n") and text.endswith("after\n")
+    assert "**1 of 3 ops lower (33.3%)**" in text
+    assert "| `erfinv` | `aten::erfinv` | no lowering for `torch.aten.erfinv` |" in text
