@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard torch_neuronx/csrc/*.cpp) $(wildcar
 	# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet "setuptools>=77" wheel ninja numpy
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[hf,test]"
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[hf,test,stablehlo]"
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -3,6 +3,7 @@
   python -m benchmarks.bench_compile steady      # compiled neuron vs CPU Inductor vs eager neuron
   python -m benchmarks.bench_compile first-step  # cold vs warm persistent cache (two processes each)
   python -m benchmarks.bench_compile varlen      # compile count, lengths 60-300, unpadded vs padded
+  python -m benchmarks.bench_compile lowering-cost  # cold first step with vs without the StableHLO lowering
 
 Model: Llama, hidden 256, 4 layers, vocab 4096, batch 4 x 128 (the issue's sizes).
 """
@@ -68,25 +69,42 @@ def steady(steps: int = 30) -> dict:
     return out
 
 
-def _child_first_step() -> dict:
+def _child_first_step(lowering: str = "with_lowering") -> dict:
     import torch_neuronx
 
+    if lowering == "without_lowering":
+        from torch_neuronx.compile import stablehlo
+
+        stablehlo._installed = lambda: False  # the pipeline as if torch-mlir were absent
     first = Trainer("neuron", "neuron").step()[1]
     m = torch_neuronx.get_dynamo_metrics()
     return {"first_step_s": first, "cache_hits": m["cache_hits"], "cache_misses": m["cache_misses"],
-            "compile_seconds": m["compile_seconds"]}
+            "compile_seconds": m["compile_seconds"], "stablehlo_ops": m["stablehlo_ops"],
+            "lower_seconds": sum(g["torch_neuronx_lower_us"] for g in m["compiled_graphs"]) / 1e6}
+
+
+def _cold_children(labels: tuple[str, ...], args: tuple[str, ...], shared_cache: bool) -> dict:
+    """One fresh process per label; with ``shared_cache`` the later ones find the first one's cache."""
+    results = {}
+    with tempfile.TemporaryDirectory() as root:
+        for label, arg in zip(labels, args):
+            cache = root if shared_cache else os.path.join(root, label)
+            env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": cache}
+            env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+            proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_compile", "_child", arg], env=env,
+                                  check=True, capture_output=True, text=True)
+            results[label] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return results
 
 
 def first_step() -> dict:
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "TORCH_NEURONX_NEFF_CACHE_DIR": cache}
-        env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-        results = {}
-        for label in ("cold", "warm"):
-            proc = subprocess.run([sys.executable, "-m", "benchmarks.bench_compile", "_child"], env=env, check=True,
-                                  capture_output=True, text=True)
-            results[label] = json.loads(proc.stdout.strip().splitlines()[-1])
-        return results
+    return _cold_children(("cold", "warm"), ("with_lowering", "with_lowering"), shared_cache=True)
+
+
+def lowering_cost() -> dict:
+    """Cold first training step with and without the StableHLO lowering (empty caches both times)."""
+    labels = ("with_lowering", "without_lowering")
+    return _cold_children(labels, labels, shared_cache=False)
 
 
 def varlen(samples: int = 16) -> dict:
@@ -122,6 +140,7 @@ if __name__ == "__main__":
     torch._dynamo.config.recompile_limit = 1000
     torch._dynamo.config.accumulated_recompile_limit = 10000
     if what == "_child":
-        print(json.dumps(_child_first_step()))
+        print(json.dumps(_child_first_step(*sys.argv[2:])))
     else:
-        print(json.dumps({"steady": steady, "first-step": first_step, "varlen": varlen}[what](), indent=2))
+        modes = {"steady": steady, "first-step": first_step, "lowering-cost": lowering_cost, "varlen": varlen}
+        print(json.dumps(modes[what](), indent=2))

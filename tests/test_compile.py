@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 
 import pytest
 import torch
@@ -120,7 +121,9 @@ def test_each_new_shape_compiles_a_static_graph_and_is_counted():
 
 def test_dynamic_shapes_are_rejected_with_the_product_message():
     x = torch.randn(4, 8, device="neuron")
-    with pytest.raises(Exception, match="Dynamic shapes detected in the model, but torch-neuronx requires static shapes"):
+    # Notes §3: the DynamicShapeAnalysis message.
+    with pytest.raises(Exception, match=r"Dynamic shapes detected in the model, but torch-neuronx requires static "
+                                        r"shapes. Found \d dynamic dimension\(s\): \[s\d+"):
         torch.compile(torch.sin, backend="neuron", dynamic=True)(x)
     torch._dynamo.reset()
     y = torch.randn(6, 8, device="neuron")
@@ -130,11 +133,39 @@ def test_dynamic_shapes_are_rejected_with_the_product_message():
     assert torch_neuronx.get_dynamo_metrics()["graphs_compiled"] == 0
 
 
-def test_mode_other_than_default_warns_and_compiles():
-    x = torch.randn(4, 8, device="neuron")
-    with pytest.warns(UserWarning, match="supports only mode='default'"):
+def test_mode_other_than_default_logs_the_real_warning_and_compiles():
+    # Notes §3 (`backend.py:289-293`): a warning on each backend call, compilation continues.
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("torch_neuronx")
+    logger.addHandler(handler)
+    try:
+        x = torch.randn(4, 8, device="neuron")
         out = torch.compile(torch.tanh, backend="neuron", mode="max-autotune")(x)
+    finally:
+        logger.removeHandler(handler)
     torch.testing.assert_close(out.cpu(), torch.tanh(x.cpu()))
+    assert [r.getMessage() for r in records if r.levelno == logging.WARNING] == [
+        "Neuron backend does not support mode='max-autotune', falling back to default mode."
+    ]
+
+
+def test_cpu_inputs_are_copied_to_the_device_unless_disabled(monkeypatch):
+    # Notes §3 (executor.py:95-112): CPU inputs are auto-copied; the switch makes them an error.
+    def fn(x):
+        return (x * 2).relu()
+
+    monkeypatch.delenv("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", raising=False)
+    x = torch.randn(4, 8)
+    out = torch.compile(fn, backend="neuron")(x)
+    assert out.device.type == "neuron"
+    torch.testing.assert_close(out.cpu(), fn(x))
+    assert torch_neuronx.get_dynamo_metrics()["compiled_graphs"][0]["lowering"] == "lowered"
+    torch._dynamo.reset()
+    monkeypatch.setenv("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "1")
+    with pytest.raises(RuntimeError, match=r"Input tensor at index 0 is on cpu device, expected neuron"):
+        torch.compile(fn, backend="neuron")(torch.randn(4, 8))
 
 
 def test_graph_breaks_are_counted_with_reasons():

@@ -31,6 +31,8 @@ _CHILD = textwrap.dedent(
         artifacts.write_bytes(saved[0])
     m = torch_neuronx.get_dynamo_metrics()
     print(json.dumps({"hits": m["cache_hits"], "misses": m["cache_misses"], "compile_s": m["compile_seconds"],
+                      "graph_ids": [g["graph_id"] for g in m["compiled_graphs"]],
+                      "neff_cache": [g["neff_cache"] for g in m["compiled_graphs"]],
                       "device": str(out.device), "max_err": (out.cpu() - ref).abs().max().item()}))
     """
 )
@@ -59,3 +61,8 @@ def test_second_process_hits_the_cache_and_artifacts_round_trip(tmp_path):
     assert artifacts.stat().st_size > 0
     loaded = _run(tmp_path / "other-cache", "load", artifacts)
     assert loaded["hits"] == 1 and loaded["misses"] == 0
+    # The graph key (sha256 of the StableHLO text + I/O + compiler suffix) is the same in every
+    # process; the persistent NEFF cache then knows the graph (notes §3).
+    assert len(cold["graph_ids"]) == 1 and cold["graph_ids"] == warm["graph_ids"] == loaded["graph_ids"]
+    assert cold["neff_cache"] == ["compiled"] and warm["neff_cache"] == ["disk hit"]
+    assert loaded["neff_cache"] == ["compiled"]  # another NEFF cache directory

@@ -1,16 +1,19 @@
-"""The ``neuron`` Dynamo backend: AOTAutograd, our FX passes, Inductor's CPU code generation.
+"""The ``neuron`` Dynamo backend: AOTAutograd, our FX passes, StableHLO, Inductor's CPU code generation.
 
 Pipeline per Dynamo graph (the real product's, with Inductor standing in for
-neuronx-cc): reject symbolic shapes; AOTAutograd traces forward and backward
-separately on the ``neuron`` tensors (so autograd, input mutation and output
-aliasing are handled on the real device tensors); each resulting graph is
-rewritten to CPU and compiled by ``compile_fx_inner`` (whose FX graph cache is
-the persistent compile cache); the compiled code runs on CPU aliases of the
-device memory and its outputs are adopted back as ``neuron`` tensors.
+neuronx-cc): reject symbolic shapes; copy CPU inputs to the device; AOTAutograd
+traces forward and backward separately on the ``neuron`` tensors (so autograd,
+input mutation and output aliasing are handled on the real device tensors);
+each resulting graph is rewritten to CPU, lowered to StableHLO by torch-mlir
+(what does not lower fails, as it would on Trainium; its text is the graph
+key), and compiled by ``compile_fx_inner`` (whose FX graph cache is the
+persistent compile cache); the compiled code runs on CPU aliases of the device
+memory and its outputs are adopted back as ``neuron`` tensors.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import time
 import warnings
@@ -21,6 +24,7 @@ import torch._dynamo
 from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.registry import _BACKENDS, _COMPILER_FNS, register_backend
 from torch._dynamo.utils import counters
+from torch._functorch._aot_autograd.logging_utils import get_aot_graph_name
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._guards import CompileContext, detect_fake_mode
 from torch._inductor import config as inductor_config
@@ -28,23 +32,45 @@ from torch._inductor.compile_fx import compile_fx_inner, partition_fn
 from torch._inductor.decomposition import select_decomp_table
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from ..runtime import cache_dirs, settings
+from ..runtime import cache_dirs
 from ..runtime.errors import first_line
 from ..runtime.log import get_logger
-from . import device_interface, passes
-from .metrics import METRICS, GraphRecord
+from ..runtime.settings import get_flag
+from . import cache, device_interface, passes, stablehlo
 from .aliased_execution import alias_runner
+from .metrics import METRICS, GraphRecord, NeuronCompilationMetrics, estimated_compile_seconds
 
 _log = get_logger("compile")
 
 
 class NEFFCompilationError(RuntimeError):
-    """The device compiler failed on a graph (name as in the real product)."""
+    """A graph could not be lowered or compiled (the real product raises a RuntimeError)."""
 
 
-def fallback_enabled() -> bool:
-    """``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0`` runs graphs that fail to compile eagerly."""
-    return not settings.get_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION")
+SETUP_FAILED = "Neuron backend NEFF execution setup failed with unexpected error: {}"
+_KNOWN_OPTIONS = ("fallback_execution", "model_name")
+_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    """What one ``torch.compile`` call asked for, read once per Dynamo graph."""
+
+    model_name: str
+    fallback: bool
+
+
+def fallback_enabled(options: dict | None = None) -> bool:
+    """Run a graph that fails to lower or compile eagerly instead of raising?
+
+    The ``fallback_execution`` compile option wins; otherwise
+    ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION`` decides, default True (no
+    fallback) as in the Neuron 2.33 docs (the April source defaulted to False;
+    notes §3, §4).
+    """
+    if options and options.get("fallback_execution") is not None:
+        return bool(options["fallback_execution"])
+    return not get_flag("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION")
 
 
 def _force_static_shapes() -> None:
@@ -57,16 +83,75 @@ def _cache_counts() -> tuple[int, int]:
     return counters["inductor"]["fxgraph_cache_hit"], counters["inductor"]["fxgraph_cache_miss"]
 
 
+def _has_collectives(gm: torch.fx.GraphModule) -> bool:
+    return any(
+        node.op == "call_function" and any(c in str(node.target) for c in _COLLECTIVES)
+        for node in gm.graph.nodes
+    )
+
+
+def _graph_outputs(gm: torch.fx.GraphModule) -> list[Any]:
+    (output,) = (n for n in gm.graph.nodes if n.op == "output")
+    return [v.meta.get("val") if isinstance(v, torch.fx.Node) else v for v in output.args[0]]
+
+
+def _graph_compiler_config() -> dict:
+    """The compiler suffix of a compiled graph's key: the eager one at ``-O2`` (notes §1, §3)."""
+    from ..fidelity.accounting import compiler_config
+
+    topology = torch.neuron.topology()
+    return {**compiler_config(topology.profile.family, topology.lnc), "opt_level": "-O2"}
+
+
+def _us_since(start: float) -> float:
+    return (time.perf_counter() - start) * 1e6
+
+
+def _lower_and_account(
+    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], record: NeuronCompilationMetrics
+) -> None:
+    """StableHLO of ``gm`` (already on CPU), its graph key, artifact and cache outcome, into ``record``."""
+    lowered = stablehlo.lower_fx_graph(gm)  # function "main": the key must not depend on the AOT counter
+    if lowered is not None:
+        record.torch_neuronx_lower_us = lowered.seconds * 1e6
+        record.stablehlo_op_count = lowered.op_count
+        record.lowering = "lowered"
+        stablehlo.write_artifact(record.graph_name, lowered.text)
+    text = lowered.text if lowered is not None else gm.code
+    record.graph_id = stablehlo.graph_key(text, example_inputs, _graph_outputs(gm), _graph_compiler_config())
+    record.neff_cache = cache.claim_graph(
+        record.graph_id, {"op": record.graph_name, "signature": "compiled graph", "compiler": "-O2"}
+    )
+    if record.neff_cache == "compiled":
+        record.estimated_compile_s = estimated_compile_seconds(record.stablehlo_op_count)
+
+
 def _compile_aot_graph(
-    gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *, is_inference: bool, is_backward: bool
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    settings: _Settings,
+    is_inference: bool,
+    is_backward: bool,
 ) -> Callable[[list], list]:
-    """Compile one forward/backward/inference graph for the emulated device."""
+    """Lower one forward/backward/inference graph to StableHLO, then compile it for the emulated device."""
     start = time.perf_counter()
     hits, misses = _cache_counts()
-    eager_graph = copy.deepcopy(gm) if fallback_enabled() else None
+    eager_graph = copy.deepcopy(gm) if settings.fallback else None
+    record = NeuronCompilationMetrics(
+        graph_id="",
+        graph_name=f"{settings.model_name}_{get_aot_graph_name().split('__', 1)[-1]}",
+        model_name=settings.model_name,
+        has_collectives=_has_collectives(gm),
+        graph_node_count=len(gm.graph.nodes),
+        timestamp=time.time(),
+    )
     try:
         devices = passes.output_devices(gm)
         passes.rewrite_devices_to_cpu(gm)
+        record.torch_neuronx_fx_passes_us = _us_since(start)
+        _lower_and_account(gm, example_inputs, record)
+        codegen_start = time.perf_counter()
         fake_mode = detect_fake_mode(example_inputs)
         cpu_inputs = passes.cpu_fake_inputs(fake_mode, example_inputs)
         FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
@@ -74,12 +159,17 @@ def _compile_aot_graph(
             compiled = compile_fx_inner(
                 gm, cpu_inputs, is_inference=is_inference, is_backward=is_backward
             )
+        record.torch_neuronx_compile_us = _us_since(codegen_start)
         runner = alias_runner(compiled, devices)
     except Exception as exc:
         if eager_graph is None:
-            raise
+            raise NEFFCompilationError(SETUP_FAILED.format(exc)) from exc
         _note_fallback(exc)
         runner = make_boxed_func(eager_graph.forward)
+    else:
+        counters["neuron"]["compiled_graphs"] += 1
+        counters["neuron"]["graphs_with_collectives"] += record.has_collectives
+        METRICS.add_compiled_graph(record)
     new_hits, new_misses = _cache_counts()
     # Forward graphs are compiled inside neuron_backend, which times them with AOTAutograd's
     # tracing; a backward graph is compiled later, on the first backward().
@@ -89,35 +179,67 @@ def _compile_aot_graph(
 
 
 def _note_fallback(exc: Exception) -> None:
-    """Fallback execution: the graph will run uncompiled, op by op, on the device."""
+    """Fallback execution: the graph runs uncompiled, op by op, on the device (the real messages)."""
     message = first_line(exc)
-    _log.warning("graph compilation failed, running it eagerly (fallback execution): %s", message)
+    _log.error("Execution failed: %s", message)
+    _log.warning("Falling back to original GraphModule execution")
     METRICS.add_fallback(message)
 
 
-_aot_neuron = aot_autograd(
-    fw_compiler=functools.partial(_compile_aot_graph, is_inference=False, is_backward=False),
-    bw_compiler=functools.partial(_compile_aot_graph, is_inference=False, is_backward=True),
-    inference_compiler=functools.partial(_compile_aot_graph, is_inference=True, is_backward=False),
-    decompositions=select_decomp_table(),
-    partition_fn=partition_fn,
-    keep_inference_input_mutations=True,
-)
+def _aot_neuron(settings: _Settings) -> Callable:
+    compiler = functools.partial(_compile_aot_graph, settings=settings)
+    return aot_autograd(
+        fw_compiler=functools.partial(compiler, is_inference=False, is_backward=False),
+        bw_compiler=functools.partial(compiler, is_inference=False, is_backward=True),
+        inference_compiler=functools.partial(compiler, is_inference=True, is_backward=False),
+        decompositions=select_decomp_table(),
+        partition_fn=partition_fn,
+        keep_inference_input_mutations=True,
+    )
 
 
-def _check_mode_and_options(mode: str | None, options: dict | None) -> None:
+def _settings(mode: str | None, options: dict | None) -> _Settings:
     if mode not in (None, "default"):
-        warnings.warn(
-            f"torch.compile(backend='neuron') supports only mode='default'; mode={mode!r} is "
-            "ignored and the default mode is used.",
-            stacklevel=3,
-        )
+        # The real backend's message, on each backend call (notes §3).
+        _log.warning("Neuron backend does not support mode='%s', falling back to default mode.", mode)
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"options for backend='neuron' must be a dict or None, got {type(options).__name__}")
-    if options:
-        warnings.warn(
-            f"backend='neuron' ignores compile options {sorted(options)}", stacklevel=3
+    options = options or {}
+    unknown = sorted(set(options) - set(_KNOWN_OPTIONS))
+    if unknown:
+        warnings.warn(f"backend='neuron' ignores compile options {unknown}", stacklevel=3)
+    return _Settings(model_name=str(options.get("model_name", "model_default")),
+                     fallback=fallback_enabled(options))
+
+
+def _copy_cpu_inputs_to_device(
+    example_inputs: Sequence[Any],
+) -> tuple[list[Any], list[int]]:
+    """CPU tensor inputs are copied to the device, as the real executor does (notes §3);
+    ``TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1`` makes them an error instead."""
+    on_cpu = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and x.device.type == "cpu"]
+    if not on_cpu:
+        return list(example_inputs), []
+    if get_flag("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"):
+        raise RuntimeError(
+            f"Input tensor at index {on_cpu[0]} is on cpu device, expected neuron. "
+            "Move tensor to Neuron device first with tensor.to('neuron')"
         )
+    device = torch.device("neuron", torch.neuron.current_device())
+    inputs = list(example_inputs)
+    for i in on_cpu:
+        inputs[i] = inputs[i].to(device)
+    return inputs, on_cpu
+
+
+def _with_inputs_on_device(compiled: Callable[..., Any], indices: list[int]) -> Callable[..., Any]:
+    device = torch.device("neuron", torch.neuron.current_device())
+
+    def run(*args):
+        args = [a.to(device) if i in indices else a for i, a in enumerate(args)]
+        return compiled(*args)
+
+    return run
 
 
 def _graph_record(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> GraphRecord:
@@ -140,22 +262,23 @@ def neuron_backend(
     options: dict | None = None,
 ) -> Callable[..., Any]:
     """Dynamo backend ``"neuron"``: compile ``gm`` for the (emulated) NeuronCore."""
-    _check_mode_and_options(mode, options)
+    settings = _settings(mode, options)
     _force_static_shapes()
     passes.check_static_shapes(gm, example_inputs)
     record = _graph_record(gm, example_inputs)
+    inputs, copied = _copy_cpu_inputs_to_device(example_inputs)
     start = time.perf_counter()
     try:
-        compiled = _aot_neuron(gm, example_inputs)
+        compiled = _aot_neuron(settings)(gm, inputs)
     except Exception as exc:
-        if not fallback_enabled():
-            raise NEFFCompilationError(
-                f"torch.compile(backend='neuron') failed to compile graph {record.compile_id}: {exc}. "
-                "Set TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=0 to run graphs that fail to "
-                "compile eagerly instead."
-            ) from exc
+        if not settings.fallback:
+            if isinstance(exc, NEFFCompilationError):
+                raise
+            raise NEFFCompilationError(SETUP_FAILED.format(exc)) from exc
         _note_fallback(exc)
         compiled = gm.forward
+    if copied:
+        compiled = _with_inputs_on_device(compiled, copied)
     record.compile_seconds = time.perf_counter() - start
     METRICS.add_graph(record)
     return compiled

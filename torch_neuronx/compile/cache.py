@@ -9,6 +9,7 @@ compile *or* ``torch.compiler.load_cache_artifacts()``, hence at import.
 from __future__ import annotations
 
 import os
+import weakref
 
 from ..runtime import cache_dirs, settings
 
@@ -23,3 +24,29 @@ def install() -> None:
     current = settings.get_str(INDUCTOR_CACHE_ENV)
     if current is None or current == settings.get_str(_CHOSEN_ENV):
         os.environ[INDUCTOR_CACHE_ENV] = os.environ[_CHOSEN_ENV] = os.path.abspath(cache_dirs.compile_dir())
+
+
+# Graph keys "loaded" in this process, per persistent cache: the real product's in-memory cache
+# in front of the disk. ``torch_neuronx.use_neff_cache`` starts a new cache object, so accounting
+# then starts afresh, as for eager kernels.
+_loaded_graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_loaded_without_cache: set[str] = set()
+
+
+def claim_graph(key: str, record: dict) -> str:
+    """Account one compiled graph against the caches eager kernels use (notes §3, §9).
+
+    Returns ``"memory hit"`` (already loaded in this process), ``"disk hit"``
+    (in the persistent NEFF cache) or ``"compiled"`` (neuronx-cc would run).
+    """
+    from .. import fidelity
+    from ..fidelity.neff_cache import Outcome
+
+    neff_cache = fidelity.active_neff_cache()
+    loaded = _loaded_without_cache if neff_cache is None else _loaded_graphs.setdefault(neff_cache, set())
+    if key in loaded:
+        return "memory hit"
+    loaded.add(key)
+    if neff_cache is not None and neff_cache.claim(key, record) is Outcome.HIT:
+        return "disk hit"
+    return "compiled"

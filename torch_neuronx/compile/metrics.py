@@ -27,11 +27,48 @@ class GraphRecord:
     compile_seconds: float = 0.0
 
 
+# Projection of neuronx-cc time for one graph from its size (uncalibrated; see docs/compile.md).
+GRAPH_COMPILE_BASE_S = 2.0
+GRAPH_COMPILE_S_PER_STABLEHLO_OP = 0.01
+
+
+def estimated_compile_seconds(stablehlo_ops: int | None) -> float:
+    """``base + per_op * ops``: the projected neuronx-cc time of a graph that is compiled."""
+    return GRAPH_COMPILE_BASE_S + GRAPH_COMPILE_S_PER_STABLEHLO_OP * (stablehlo_ops or 0)
+
+
+@dataclasses.dataclass
+class NeuronCompilationMetrics:
+    """One forward/backward/inference graph, with the real product's field names.
+
+    ``torch_neuronx_*_us`` are **host measurements** on the emulator
+    (``torch_neuronx_compile_us`` times Inductor's code generation, not
+    neuronx-cc); ``estimated_compile_s`` is the projection of neuronx-cc time
+    (0 when the graph key was already in the in-memory or persistent cache).
+    """
+
+    graph_id: str  # the graph key: sha256 of the StableHLO text, I/O shapes/dtypes, compiler suffix
+    graph_name: str  # {model_name}_{aot_id}_{forward|backward|inference}_{n}
+    model_name: str
+    has_collectives: bool
+    graph_node_count: int
+    timestamp: float
+    torch_neuronx_fx_passes_us: float = 0.0
+    torch_neuronx_lower_us: float = 0.0
+    torch_neuronx_compile_us: float = 0.0
+    stablehlo_op_count: int | None = None  # None: not lowered (torch-mlir absent or the graph fell back)
+    lowering: str = "not checked"  # "lowered" | "failed: <reason>" | "not checked"
+    neff_cache: str = "compiled"  # "compiled" | "memory hit" | "disk hit"
+    estimated_compile_s: float = 0.0
+    timings: str = "host"
+
+
 class _Metrics:
     """The graph records and fallback messages, plus the registry's compile counters and timers."""
 
     def __init__(self) -> None:
         self.graphs: list[GraphRecord] = []
+        self.compiled_graphs: list[NeuronCompilationMetrics] = []
         self.fallbacks: list[str] = []
         self.lock = threading.Lock()
         self.aot_graphs = registry.counter(
@@ -62,6 +99,10 @@ class _Metrics:
             self.graphs.append(record)
         self.compile_time.add_sample(record.compile_seconds)
 
+    def add_compiled_graph(self, record: NeuronCompilationMetrics) -> None:
+        with self.lock:
+            self.compiled_graphs.append(record)
+
     def add_fallback(self, message: str) -> None:
         with self.lock:
             self.fallbacks.append(message)
@@ -69,6 +110,7 @@ class _Metrics:
     def clear(self) -> None:
         with self.lock:
             self.graphs.clear()
+            self.compiled_graphs.clear()
             self.fallbacks.clear()
         for c in (self.aot_graphs, self.cache_hits, self.cache_misses):
             c.clear()
@@ -99,11 +141,14 @@ def get_dynamo_metrics() -> dict[str, Any]:
     ``graphs_compiled`` counts Dynamo graphs (one per graph-break segment and
     per input shape); ``aot_graphs_compiled`` counts the forward, backward and
     inference graphs given to the code generator; ``cache_hits``/``cache_misses``
-    are persistent-cache lookups of those graphs.
+    are persistent-cache lookups of those graphs. ``compiled_graphs`` holds one
+    :class:`NeuronCompilationMetrics` (as a dict) per such graph: the list the
+    real ``get_dynamo_metrics()`` returns.
     """
     with METRICS.lock:
         graphs = list(METRICS.graphs)
         fallbacks = list(METRICS.fallbacks)
+        compiled_graphs = list(METRICS.compiled_graphs)
     _, compile_seconds, _ = METRICS.compile_time.data()
     executions, execution_seconds, _ = METRICS.execution_time.data()
     reasons = _recompile_reasons(graphs)
@@ -131,6 +176,9 @@ def get_dynamo_metrics() -> dict[str, Any]:
         "cache_misses": METRICS.cache_misses.value,
         "fallbacks": fallbacks,
         "graphs": [dataclasses.asdict(g) for g in graphs],
+        "compiled_graphs": [dataclasses.asdict(g) for g in compiled_graphs],
+        "stablehlo_ops": sum(g.stablehlo_op_count or 0 for g in compiled_graphs),
+        "estimated_compile_seconds": sum(g.estimated_compile_s for g in compiled_graphs),
     }
 
 

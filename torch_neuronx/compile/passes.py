@@ -22,8 +22,12 @@ class StaticShapeError(RuntimeError):
 
 
 def check_static_shapes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
-    """Reject symbolic sizes, as neuronx-cc does: one compiled graph per input shape."""
-    dynamic = []
+    """Reject symbolic sizes, as neuronx-cc does: one compiled graph per input shape.
+
+    The message opens as the real product's ``DynamicShapeAnalysis`` pass does
+    (notes §3) and then says what to do.
+    """
+    dynamic, symbols = [], []
     for node, value in zip(
         (n for n in gm.graph.nodes if n.op == "placeholder"), example_inputs
     ):
@@ -32,9 +36,12 @@ def check_static_shapes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any])
         ):
             shape = tuple(value.shape) if isinstance(value, torch.Tensor) else value
             dynamic.append(f"{node.name}: {shape}")
+            found = free_symbols(value) if isinstance(value, torch.Tensor) else {value.node.expr}
+            symbols.extend(str(s) for s in sorted(found, key=str) if str(s) not in symbols)
     if dynamic:
         raise StaticShapeError(
             "Dynamic shapes detected in the model, but torch-neuronx requires static shapes. "
+            f"Found {len(symbols)} dynamic dimension(s): [{', '.join(symbols)}]. "
             f"Symbolic inputs: {', '.join(dynamic)}. Compile with dynamic=False (the default "
             "for backend='neuron'; dynamic=True is not supported), do not call "
             "torch._dynamo.mark_dynamic on inputs, and pad varying sizes to a few fixed "

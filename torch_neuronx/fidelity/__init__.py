@@ -66,6 +66,12 @@ def use_neff_cache(directory) -> None:
     _accounting.tracker.clear()
 
 
+def active_neff_cache() -> NeffCache | None:
+    """The persistent NEFF cache kernels are accounted against; compiled graphs
+    share it, as on Trainium (notes §9)."""
+    return _accounting.cache
+
+
 def set_kernel_accounting(enabled: bool) -> None:
     """Turn signature hashing, cache lookups and op tracking on or off."""
     global _enabled

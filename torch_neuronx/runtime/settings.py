@@ -153,7 +153,21 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        "runtime/log.py"),
     # --- compile -------------------------------------------------------------
     _S("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "flag", True,
-       "`0`: a graph that fails to compile runs eagerly instead of raising", "product", "compile/backend.py"),
+       "`0`: a graph that fails to lower or compile runs eagerly instead of raising; the compile option "
+       "`fallback_execution` overrides it ([compile](compile.md))", "product", "compile/backend.py",
+       default_text="`1` (Neuron 2.33 docs; the April source had `0`)"),
+    _S("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "flag", False,
+       "`1`: a CPU tensor input to a compiled graph raises instead of being copied to the device",
+       "product", "compile/backend.py"),
+    _S("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", "flag", False,
+       "`1`: write each compiled graph's StableHLO to `TORCH_NEURONX_DEBUG_DIR`", "product",
+       "compile/stablehlo.py"),
+    _S("TORCH_NEURONX_DEBUG_DIR", "str", None,
+       "where artifacts go: `stablehlo/proc_<rank>/<graph name>.stablehlo.mlir`", "product",
+       "compile/stablehlo.py", default_text="`<tmp>/neuron_backend`"),
+    _S("TORCHNEURON_LOWER_EAGER", "flag", False,
+       "`1`: lower each new eager kernel signature to StableHLO and report ops that would fall back to "
+       "CPU ([compile](compile.md#eager-kernels))", "ours", "compile/kernel_lowering.py"),
     # --- projection ----------------------------------------------------------
     _S("TORCHNEURON_PROJECTION_CALIBRATION", "str", None,
        "a calibration JSON (efficiency factors, launch overheads, link latencies, per-op overrides) "

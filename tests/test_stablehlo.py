@@ -1,0 +1,244 @@
+"""Lowering to StableHLO with torch-mlir, as the real product does (notes §1, §3, §4).
+
+Compiled graphs: every forward/backward graph is lowered, its key is the hash of
+the StableHLO text, artifacts are written on request, and a graph that does not
+lower fails with the real message or falls back when allowed. Eager kernels:
+``lower_kernel`` and the per-signature collector.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+
+import pytest
+import torch
+import torch._dynamo
+from torch import nn
+
+import torch_neuronx
+from torch_neuronx.compile import stablehlo
+from torch_neuronx.compile.kernel_lowering import KernelLoweringCollector, lower_kernel
+from torch_neuronx.compile.metrics import estimated_compile_seconds
+from torch_neuronx.fidelity import use_neff_cache
+
+pytest.importorskip("torch_mlir")
+
+# torch-mlir 20261001 has no StableHLO lowering for aten.erfinv (nor do Inductor's
+# decompositions remove it), so a graph using it cannot compile on Trainium.
+NOT_LOWERING_OP = torch.erfinv
+
+
+@pytest.fixture(autouse=True)
+def _fresh(tmp_path, monkeypatch):
+    config = torch._dynamo.config
+    torch._dynamo.reset()
+    torch_neuronx.reset_dynamo_metrics()
+    use_neff_cache(tmp_path / "neff")
+    monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
+    with config.patch(
+        automatic_dynamic_shapes=config.automatic_dynamic_shapes,
+        assume_static_by_default=config.assume_static_by_default,
+    ):
+        yield
+    torch._dynamo.reset()
+    use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
+
+
+@pytest.fixture
+def neuron_log():
+    """Records of the ``torch_neuronx`` logger (it does not propagate to the root logger)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("torch_neuronx")
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 4))
+
+
+def _train_step(model: nn.Module, **compile_kwargs) -> torch.Tensor:
+    compiled = torch.compile(model, backend="neuron", fullgraph=True, **compile_kwargs)
+    out = compiled(torch.randn(8, 16).to("neuron"))
+    out.square().sum().backward()
+    return out
+
+
+def test_forward_and_backward_graphs_are_lowered_with_real_records(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", "1")
+    monkeypatch.setenv("TORCH_NEURONX_DEBUG_DIR", str(tmp_path / "debug"))
+    _train_step(_mlp().to("neuron"), options={"model_name": "TinyMLP"})
+    metrics = torch_neuronx.get_dynamo_metrics()
+    records = metrics["compiled_graphs"]
+    assert [r["graph_name"].rsplit("_", 2)[-2] for r in records] == ["forward", "backward"]
+    for record in records:
+        assert re.fullmatch(r"TinyMLP_\d+_(forward|backward)_\d+", record["graph_name"])
+        assert record["model_name"] == "TinyMLP" and record["has_collectives"] is False
+        assert re.fullmatch(r"[0-9a-f]{64}", record["graph_id"])
+        assert record["lowering"] == "lowered" and record["stablehlo_op_count"] > 10
+        assert record["graph_node_count"] > 5 and record["timings"] == "host"
+        assert record["torch_neuronx_lower_us"] > 0 and record["torch_neuronx_compile_us"] > 0
+        assert record["neff_cache"] == "compiled"
+        assert record["estimated_compile_s"] == estimated_compile_seconds(record["stablehlo_op_count"])
+        # The artifact is the StableHLO the key was computed from (notes §3: artifacts directory).
+        artifact = tmp_path / "debug" / "stablehlo" / "proc_0" / f"{record['graph_name'].lower()}.stablehlo.mlir"
+        text = artifact.read_text()
+        assert text.startswith("module") and "stablehlo.dot_general" in text
+        assert "loc(" not in text
+    assert metrics["stablehlo_ops"] == sum(r["stablehlo_op_count"] for r in records)
+    assert torch._dynamo.utils.counters["neuron"]["compiled_graphs"] >= 2
+
+
+def test_graph_key_is_the_stablehlo_text_plus_io_and_compiler_suffix(monkeypatch):
+    x = torch.randn(4, 8, device="neuron")
+
+    def key_of(fn, arg):
+        torch._dynamo.reset()
+        torch_neuronx.reset_dynamo_metrics()
+        torch.compile(fn, backend="neuron")(arg)
+        (record,) = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+        return record
+
+    first = key_of(torch.tanh, x)
+    again = key_of(torch.tanh, x)
+    assert again["graph_id"] == first["graph_id"] and again["neff_cache"] == "memory hit"
+    assert again["estimated_compile_s"] == 0.0
+    assert key_of(torch.tanh, torch.randn(5, 8, device="neuron"))["graph_id"] != first["graph_id"]
+    assert key_of(torch.sigmoid, x)["graph_id"] != first["graph_id"]
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--enable-fast-loading")
+    flagged = key_of(torch.tanh, x)
+    assert flagged["graph_id"] != first["graph_id"] and flagged["neff_cache"] == "compiled"
+
+
+def test_graph_that_does_not_lower_raises_the_real_error_by_default():
+    x = torch.randn(4, device="neuron")
+    with pytest.raises(Exception) as info:
+        torch.compile(NOT_LOWERING_OP, backend="neuron")(x)
+    # TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION defaults to True (Neuron 2.33 docs, notes §3/§4).
+    cause = info.value.inner_exception  # Dynamo's BackendCompilerFailed wraps what the backend raised
+    assert isinstance(cause, RuntimeError)
+    assert str(cause).startswith("Neuron backend NEFF execution setup failed with unexpected error:")
+    assert "no lowering for torch.aten.erfinv" in str(cause)
+    assert torch_neuronx.get_dynamo_metrics()["compiled_graphs"] == []
+
+
+@pytest.mark.parametrize(
+    "env, options",
+    [("0", None), ("1", {"fallback_execution": True})],
+    ids=["env-allows-fallback", "option-overrides-env"],
+)
+def test_graph_that_does_not_lower_runs_eagerly_when_fallback_is_on(monkeypatch, neuron_log, env, options):
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", env)
+    x = torch.rand(6, device="neuron") - 0.5
+    out = torch.compile(NOT_LOWERING_OP, backend="neuron", options=options)(x)
+    assert out.device.type == "neuron"
+    torch.testing.assert_close(out.cpu(), torch.erfinv(x.cpu()))
+    messages = [(r.levelname, r.getMessage()) for r in neuron_log]
+    assert ("WARNING", "Falling back to original GraphModule execution") in messages
+    assert any(level == "ERROR" and m.startswith("Execution failed:") and "torch.aten.erfinv" in m
+               for level, m in messages)
+    assert len(torch_neuronx.get_dynamo_metrics()["fallbacks"]) == 1
+
+
+def test_fallback_option_false_overrides_env(monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "0")
+    with pytest.raises(Exception, match="Neuron backend NEFF execution setup failed"):
+        torch.compile(NOT_LOWERING_OP, backend="neuron", options={"fallback_execution": False})(
+            torch.rand(3, device="neuron"))
+
+
+def test_without_torch_mlir_one_warning_and_not_checked(monkeypatch):
+    monkeypatch.setattr(stablehlo, "_installed", lambda: False)
+    monkeypatch.setattr(stablehlo, "_warned_missing", False)
+    with pytest.warns(RuntimeWarning, match="torch-mlir is not installed") as caught:
+        _train_step(_mlp().to("neuron"))
+        result = lower_kernel("aten::add.Tensor", (torch.empty(2, device="meta"), torch.empty(2, device="meta")))
+    assert len([w for w in caught if "torch-mlir" in str(w.message)]) == 1
+    records = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert len(records) == 2
+    assert all(r["lowering"] == "not checked" and r["stablehlo_op_count"] is None for r in records)
+    assert all(re.fullmatch(r"[0-9a-f]{64}", r["graph_id"]) for r in records)
+    assert result.lowered is None and "not checked" in result.reason
+
+
+def _meta(*shape, dtype=torch.float32):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+def test_lower_kernel_lowers_functional_and_inplace_ops():
+    add = lower_kernel("aten::add.Tensor", (_meta(4, 4), _meta(4, 4)))
+    assert add.lowered is True and add.stablehlo_op_count == 1
+    inplace = lower_kernel("aten::add_.Tensor", (_meta(4, 4), _meta(4)), {"alpha": 2})
+    assert inplace.lowered is True and inplace.stablehlo_op_count >= 2  # broadcast, scale, add
+    relu = lower_kernel("aten::relu", (_meta(3, dtype=torch.bfloat16),))
+    assert relu.lowered is True and relu.stablehlo_op_count >= 1
+
+
+def test_lower_kernel_reports_why_an_op_does_not_lower():
+    erfinv = lower_kernel("aten::erfinv", (_meta(4),))
+    assert erfinv.lowered is False and erfinv.stage == "lower"
+    assert "no lowering for torch.aten.erfinv" in erfinv.reason
+    nonzero = lower_kernel("aten::nonzero", (_meta(4),))  # data-dependent output shape
+    assert nonzero.lowered is False and nonzero.stage == "trace"
+    bogus = lower_kernel("aten::no_such_op", (_meta(4),))
+    assert bogus.lowered is False and bogus.stage == "resolve" and "no operator" in bogus.reason
+    malformed = lower_kernel("add", (_meta(4),))
+    assert malformed.stage == "resolve" and "namespace::name" in malformed.reason
+
+
+def test_collector_lowers_each_signature_once_and_reports_fallbacks(monkeypatch):
+    import torch_neuronx.compile.kernel_lowering as kl
+
+    calls = []
+    real = kl.lower_kernel
+    monkeypatch.setattr(kl, "lower_kernel", lambda op, args, kwargs=None: calls.append(op) or real(op, args, kwargs))
+    collector = KernelLoweringCollector()
+    x = torch.randn(4, 4, device="neuron")  # device tensors are described as meta before tracing
+    for _ in range(3):
+        collector.on_signature("aten::mul.Tensor", "mul-4x4", (x, x))
+    collector.on_signature("aten::erfinv", "erfinv-4x4", (x,))
+    collector.on_signature("aten::mul.Tensor", "mul-4", (x[0], x[0]))
+    assert calls == ["aten::mul.Tensor", "aten::erfinv", "aten::mul.Tensor"]
+    report = collector.report()
+    assert report["signatures"] == 3 and report["signatures_lowered"] == 2
+    assert report["stablehlo_ops_per_op"] == {"aten::mul.Tensor": 2}
+    assert list(report["would_fall_back_to_cpu"]) == ["aten::erfinv"]
+    assert "would fall back to CPU" in report["would_fall_back_to_cpu"]["aten::erfinv"]
+    collector.clear()
+    assert collector.report()["signatures"] == 0
+
+
+def test_graph_key_recomputes_from_artifact_text():
+    # The key function itself: text, I/O and compiler configuration all enter the hash.
+    x = torch.empty(2, 3)
+    base = stablehlo.graph_key("module {}", [x], [x], {"target": "trn2"})
+    assert base == stablehlo.graph_key("module {}", [torch.zeros(2, 3)], [x], {"target": "trn2"})
+    assert base != stablehlo.graph_key("module { }", [x], [x], {"target": "trn2"})
+    assert base != stablehlo.graph_key("module {}", [x.double()], [x], {"target": "trn2"})
+    assert base != stablehlo.graph_key("module {}", [x], [x], {"target": "trn1"})
+    assert len(base) == len(hashlib.sha256().hexdigest())
+
+
+@pytest.mark.slow
+def test_opinfo_sweep_classifies_ops_and_writes_the_docs_section(tmp_path):
+    from benchmarks import opinfo_lowering
+
+    result = opinfo_lowering.sweep({"add", "erfinv", "nonzero"})
+    ops = result["ops"]
+    assert ops["add"]["status"] == "lowers" and "aten::add.Tensor" in ops["add"]["kernels"]
+    assert ops["erfinv"]["status"] == "does not lower" and "aten::erfinv" in ops["erfinv"]["failing_kernels"]
+    assert ops["nonzero"]["status"] == "does not lower"  # data-dependent output shape
+    assert (result["ops_checked"], result["ops_lowering"]) == (3, 1)
+    doc = tmp_path / "compile.md"
+    doc.write_text(f"before\n{opinfo_lowering.BEGIN}\nstale\n{opinfo_lowering.END}\nafter\n")
+    opinfo_lowering.write_docs(result, doc)
+    text = doc.read_text()
+    assert "stale" not in text and text.startswith("before\n") and text.endswith("after\n")
+    assert "**1 of 3 ops lower (33.3%)**" in text
+    assert "| `erfinv` | `aten::erfinv` | no lowering for `torch.aten.erfinv` |" in text

@@ -1,0 +1,228 @@
+"""Lowering ATen FX graphs to StableHLO with torch-mlir, as the real product does.
+
+On Trainium every compiled graph and every eager kernel goes ATen FX →
+torch-mlir → StableHLO → neuronx-cc (``torchneuron-source-2026-04.md`` §1, §3).
+What torch-mlir cannot lower cannot run there, and the StableHLO text is what
+identifies a compiled graph. torch-mlir is an optional dependency (the
+``stablehlo`` extra): without it nothing is checked, one warning says so, and
+callers get ``None`` instead of a lowering.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import re
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from ..runtime.log import get_logger
+from ..runtime.settings import get_flag, get_str
+
+_log = get_logger("stablehlo")
+NOT_INSTALLED = (
+    "torch-mlir is not installed: graphs and kernels are not lowered to StableHLO, so what would "
+    "not compile on Trainium is not checked and graph keys fall back to the FX code. "
+    "Install it with: pip install 'torchneuron[stablehlo]'"
+)
+_warned_missing = False
+
+
+class LoweringError(RuntimeError):
+    """torch-mlir could not lower a graph to StableHLO; ``diagnostics`` holds its messages."""
+
+    def __init__(self, message: str, diagnostics: Sequence[str] = ()):
+        super().__init__(message)
+        self.diagnostics = list(diagnostics)
+
+
+@dataclasses.dataclass(frozen=True)
+class Lowered:
+    """One graph in StableHLO: its text (no locations), op count and the host time lowering took."""
+
+    text: str
+    op_count: int
+    seconds: float
+
+
+def _installed() -> bool:
+    return importlib.util.find_spec("torch_mlir") is not None
+
+
+def available() -> bool:
+    """True when torch-mlir can be imported; warns once (never raises) when it cannot."""
+    global _warned_missing
+    if _installed():
+        return True
+    if not _warned_missing:
+        _warned_missing = True
+        warnings.warn(NOT_INSTALLED, RuntimeWarning, stacklevel=3)
+    return False
+
+
+def _is_input_write(node: torch.fx.Node) -> bool:
+    return (
+        node.op == "call_function"
+        and node.target is torch.ops.aten.copy_.default
+        and node.args[0].op == "placeholder"
+    )
+
+
+def functional_form(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of ``gm`` that StableHLO can express: values in, tensors out.
+
+    Two rewrites the real product also makes before lowering (its
+    ``mutation_info`` and ``none_output_info``): a write into an input
+    (``copy_(input, value)``, how AOTAutograd keeps input mutations) becomes an
+    extra output aliased to that input, and outputs that are not tensors
+    (``None`` gradients of inputs that need none) are dropped. A device move
+    (``x.cpu()`` in the graph) is the identity: StableHLO has one device.
+    """
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    written: list[torch.fx.Node] = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.prims.device_put.default:
+            env[node] = env[node.args[0]]
+        elif _is_input_write(node):
+            env[node] = env[node.args[1]]
+            written.append(env[node])
+        elif node.op == "output":
+            values = node.args[0] if isinstance(node.args[0], (list, tuple)) else (node.args[0],)
+            kept = [
+                env[v] for v in values
+                if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor)
+            ]
+            graph.output(tuple(kept + [w for w in written if w not in kept]))
+        else:
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    return torch.fx.GraphModule(gm, graph)
+
+
+def count_ops(module: Any) -> int:
+    """Number of StableHLO operations in a torch-mlir module (nested regions included)."""
+    from torch_mlir import ir
+
+    count = 0
+
+    def visit(op):
+        nonlocal count
+        if op.name.startswith("stablehlo."):
+            count += 1
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return count
+
+
+_ILLEGAL_OP = re.compile(r"failed to legalize operation '([^']+)'")
+_OPERATOR_NAME = re.compile(r'<\{name = "([^"]+)"')
+
+
+def _summary(diagnostics: Sequence[str], exc: BaseException) -> str:
+    """The op torch-mlir could not lower, e.g. ``no lowering for torch.aten.erfinv``.
+
+    Constants left behind by an op that did not lower are named only when no
+    op is (they are a symptom, not the cause).
+    """
+    illegal = []
+    for message in diagnostics:
+        match = _ILLEGAL_OP.search(message)
+        if match:
+            named = _OPERATOR_NAME.search(message) if match.group(1) == "torch.operator" else None
+            illegal.append(named.group(1) if named else match.group(1))
+    if illegal:
+        causes = [name for name in illegal if not name.startswith("torch.constant.")] or illegal
+        return f"no lowering for {causes[0]}"
+    text = "; ".join(d for d in diagnostics if "backend contract" not in d) or str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def lower_fx_graph(gm: torch.fx.GraphModule, name: str = "main") -> Lowered | None:
+    """Lower an ATen FX graph (nodes carrying ``meta['val']``) to StableHLO.
+
+    Returns ``None`` when torch-mlir is not installed. Raises
+    :class:`LoweringError` with torch-mlir's diagnostics when an op cannot be
+    lowered.
+    """
+    if not available():
+        return None
+    from torch_mlir import fx as mlir_fx
+    from torch_mlir import ir
+    from torch_mlir.dialects import torch as torch_dialect
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    start = time.perf_counter()
+    context = ir.Context()
+    torch_dialect.register_dialect(context)
+    diagnostics: list[str] = []
+
+    def collect(diagnostic) -> bool:
+        diagnostics.append(str(diagnostic.message))
+        return True  # handled: torch-mlir would otherwise print it on stderr
+
+    context.attach_diagnostic_handler(collect)
+    try:
+        module = mlir_fx.stateless_fx_import(
+            functional_form(gm), output_type="stablehlo", model_name=name,
+            fx_importer=FxImporter(context=context),
+        )
+    except Exception as exc:  # torch-mlir raises its own error types, and Python errors on unknown ops
+        raise LoweringError(
+            f"torch-mlir could not lower the graph to StableHLO: {_summary(diagnostics, exc)}", diagnostics
+        ) from None
+    text = str(module)  # the default printer omits locations, as the real key requires
+    return Lowered(text=text, op_count=count_ops(module), seconds=time.perf_counter() - start)
+
+
+def _describe(values: Sequence[Any]) -> list[str]:
+    return [
+        f"{tuple(v.shape)}:{v.dtype}" if isinstance(v, torch.Tensor) else type(v).__name__ for v in values
+    ]
+
+
+def graph_key(text: str, inputs: Sequence[Any], outputs: Sequence[Any], compiler: dict) -> str:
+    """sha256 of the StableHLO text, the I/O shapes and dtypes and the compiler configuration.
+
+    The real product's graph key (``stablehlo_utils.py:14-56``, ``compile.py:97-113``)
+    with its compiler suffix (target, LNC, ``-O2``, ``NEURON_CC_FLAGS``).
+    """
+    digest = hashlib.sha256(text.encode())
+    digest.update(json.dumps({"in": _describe(inputs), "out": _describe(outputs),
+                              "compiler": compiler}, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def debug_dir() -> Path:
+    """``TORCH_NEURONX_DEBUG_DIR``, else ``<tmp>/neuron_backend`` (the real product's default)."""
+    return Path(get_str("TORCH_NEURONX_DEBUG_DIR") or Path(tempfile.gettempdir()) / "neuron_backend")
+
+
+def preserve_artifacts() -> bool:
+    return get_flag("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS")
+
+
+def write_artifact(graph_name: str, text: str) -> Path | None:
+    """Keep a graph's StableHLO where the real product keeps it, when artifacts are preserved.
+
+    Layout: ``<debug dir>/stablehlo/proc_<rank>/<graph name>.stablehlo.mlir``
+    (the real product writes MLIR bytecode named by a timestamp; we write text
+    named by the graph, which is unique per process).
+    """
+    if not preserve_artifacts():
+        return None
+    directory = debug_dir() / "stablehlo" / f"proc_{get_str('RANK') or '0'}"
+    path = directory / f"{graph_name.lower()}.stablehlo.mlir"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _log.warning("StableHLO of %s not written to %s: %s", graph_name, path, exc)
+        return None
+    return path
