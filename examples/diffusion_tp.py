@@ -31,7 +31,7 @@ def tiny_pipeline():
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
-    from tiny_models import char_tokenizer
+    from torch_neuronx.testing.tiny_models import char_tokenizer
 
     torch.manual_seed(0)
     transformer = FluxTransformer2DModel(

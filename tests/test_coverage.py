@@ -7,8 +7,10 @@ import pytest
 
 from torch_neuronx.cli.main import main
 from torch_neuronx.coverage.probe import CHECKS, classify
-from torch_neuronx.coverage.sweep import Worker, summarise
-from torch_neuronx.coverage.tiny import TINY_LAYERS, tiny_config
+from torch_neuronx.coverage.sweep import ProbeWorker, summarise
+from torch_neuronx.testing.tiny_models import TinySize, tiny_config
+
+TINY_LAYERS = TinySize().layers
 
 
 def test_tiny_config_shrinks_generically():
@@ -59,11 +61,11 @@ def test_sweep_of_two_architectures(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_hung_worker_is_replaced_and_the_sweep_goes_on(tmp_path):
-    worker = Worker("neuron", tmp_path / "worker.log")
+    worker = ProbeWorker("neuron", tmp_path / "worker.log")
     try:
         hung = worker.probe("llama", timeout=0.001)
         assert hung["crashed"] and "timed out" in hung["error"]
-        assert worker.proc is None  # killed
+        assert worker.child.proc is None  # killed
         again = worker.probe("llama", timeout=300)  # a fresh worker takes over
         assert again["status"] == "pass"
     finally:

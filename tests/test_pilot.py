@@ -58,7 +58,7 @@ def test_pilot_on_neuron_passes_and_matches_cpu(neuron_report):
     assert set(logits) == {"8", "12"}
     assert all(e["max_abs_error"] <= 1e-4 for e in logits.values())
     assert len(steps["numerics"]["data"]["eager"]["per_layer_max_abs_error"]) == \
-        pilot_model.BUILTIN_MODEL["num_hidden_layers"]
+        pilot_model.BUILTIN_SIZE.layers
     gen = steps["quality"]["data"]["generation"]["eager"]
     assert gen["device_tokens"] == gen["cpu_tokens"] and len(gen["cpu_tokens"][0]) == 3
     ft = steps["finetune"]["data"]
@@ -106,7 +106,7 @@ def test_a_device_fault_fails_the_checks_and_the_exit_code(tmp_path, monkeypatch
             dev.lm_head.weight.add_(0.05)
         return dev
 
-    monkeypatch.setattr("torch_neuronx.pilot.runner.to_device", faulty)
+    monkeypatch.setattr("torch_neuronx.pilot.procedure.to_device", faulty)
     cfg = PilotConfig(batch_size=1, seq_lens=(8,), gen_tokens=3, iters=2, train_steps=0, out=tmp_path)
     assert run_pilot(cfg, _quiet()) == 1
     report = json.loads((tmp_path / "report.json").read_text())

@@ -12,24 +12,15 @@ from pathlib import Path
 
 import torch
 
+from ..testing.tiny_models import TinySize, tiny_causal_lm
 from .config import PilotConfig, PilotError
 from .inputs import ByteTokenizer
 
 # Small enough that the whole default pilot (with torch.compile) runs in a few
 # minutes on two host cores, large enough to have GQA, RoPE, RMSNorm and SwiGLU.
-BUILTIN_MODEL = dict(
-    vocab_size=320,  # the byte tokenizer's 259 ids, rounded up
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=512,
-    pad_token_id=ByteTokenizer.pad_token_id,
-    bos_token_id=ByteTokenizer.bos_token_id,
-    eos_token_id=ByteTokenizer.eos_token_id,
-    tie_word_embeddings=False,
-)
+BUILTIN_SIZE = TinySize(hidden=128, intermediate=256, heads=4, kv_heads=2, layers=2,
+                        vocab=320,  # the byte tokenizer's 259 ids, rounded up
+                        positions=512)
 
 
 def causal_lm_types() -> set[str]:
@@ -39,11 +30,10 @@ def causal_lm_types() -> set[str]:
 
 
 def build_builtin(cfg: PilotConfig):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(cfg.seed)
-    config = LlamaConfig(**BUILTIN_MODEL, attn_implementation=cfg.attn_implementation)
-    return LlamaForCausalLM(config).to(cfg.torch_dtype)
+    tok = ByteTokenizer
+    model = tiny_causal_lm("llama", BUILTIN_SIZE, cfg.seed, cfg.attn_implementation, pad_token_id=tok.pad_token_id,
+                           bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
+    return model.to(cfg.torch_dtype)
 
 
 def load_checkpoint(path: str, dtype: torch.dtype, attn_implementation: str):
