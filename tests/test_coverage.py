@@ -74,4 +74,20 @@ def test_a_hung_worker_is_replaced_and_the_sweep_goes_on(tmp_path):
 
 def test_unknown_architecture_is_a_clear_error(tmp_path, capsys):
     assert main(["coverage", "--only", "llama,not_a_model", "--out", str(tmp_path)]) == 2
-    assert "not_a_model" in capsys.readouterr().out
+    assert "not_a_model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "cuda"], "'cuda' is not available"),
+    (["--device", "neuron:99"], "does not exist"),
+    (["--device", "nonsense"], "not a PyTorch device name"),
+    (["--limit", "-2"], "--limit must be at least 1"),
+    (["--limit", "0"], "--limit must be at least 1"),
+    (["--timeout", "nan"], "--timeout"),
+])
+def test_unusable_options_are_rejected_before_any_worker_starts(tmp_path, capsys, args, message):
+    assert main(["coverage", "--only", "llama", "--out", str(tmp_path / "cov"), *args]) == 2
+    printed = capsys.readouterr()
+    errors = [line for line in printed.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], printed
+    assert not (tmp_path / "cov").exists()  # nothing ran, nothing was written

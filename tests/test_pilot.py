@@ -127,8 +127,10 @@ def test_bad_input_is_one_line_and_leaves_a_report(tmp_path, capsys, args, kind)
     printed = capsys.readouterr()
     assert code == 2
     assert "Traceback" not in printed.out + printed.err
-    errors = [line for line in printed.out.splitlines() if line.startswith("error:")]
-    assert errors and len(errors[0]) > 10
+    # one error line, on stderr, not repeated on stdout; no table of steps that never ran
+    errors = [line for line in printed.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and len(errors[0]) > 10 and "error:" not in printed.out
+    assert "not_run" not in printed.out
     report = json.loads((tmp_path / "report.json").read_text())
     validate_report(report)
     assert report["status"] == "error" and report["error"]["kind"] == kind
@@ -147,7 +149,7 @@ def test_not_a_causal_lm(tmp_path, capsys):
     assert code == 2
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["error"]["kind"] == "not_causal_lm"
-    assert "not a causal language model" in capsys.readouterr().out
+    assert "not a causal language model" in capsys.readouterr().err
 
 
 def test_out_of_memory_on_a_small_core(tmp_path, restore_core_capacity):

@@ -11,6 +11,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from ..testing.errors import first_line
 from .config import PilotError
 
 INPUTS_SCHEMA = 1
@@ -57,6 +58,7 @@ class CheckpointTokenizer:
     def __init__(self, tokenizer):
         self._tok = tokenizer
         self.name = type(tokenizer).__name__
+        self.unk_token_id = tokenizer.unk_token_id
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok(text, add_special_tokens=False)["input_ids"])
@@ -65,16 +67,38 @@ class CheckpointTokenizer:
         return self._tok.decode(list(ids))
 
 
-def load_tokenizer(model_dir: str | None):
-    """The checkpoint's own tokenizer if it has one, else the byte-level one."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "merges.txt", "special_tokens_map.json")
+MAX_UNKNOWN_SHARE = 0.1  # of the built-in text's tokens; a working tokenizer of any language model has none
+
+
+def load_tokenizer(model_dir: str | None) -> tuple[object, str | None]:
+    """The checkpoint's own tokenizer if it loads, else the byte-level one, and why the fallback (or None).
+
+    A tokenizer that loads but cannot encode the built-in text (mostly its unknown
+    token, e.g. a vocabulary-less tokenizer built from the config alone) is bad input:
+    every prompt would be ``[UNK] [UNK] …`` and the report would describe nothing.
+    """
     if model_dir is None:
-        return ByteTokenizer()
+        return ByteTokenizer(), None
+    present = [name for name in TOKENIZER_FILES if (Path(model_dir) / name).is_file()]
     try:
         from transformers import AutoTokenizer
 
-        return CheckpointTokenizer(AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
-    except Exception:
-        return ByteTokenizer()
+        tokenizer = CheckpointTokenizer(AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
+    except Exception as exc:
+        if present:
+            return ByteTokenizer(), (f"the checkpoint's tokenizer ({', '.join(present)}) does not load "
+                                     f"({first_line(exc)}); using the built-in byte-level tokenizer instead")
+        return ByteTokenizer(), "the checkpoint has no tokenizer files; using the built-in byte-level tokenizer"
+    ids = tokenizer.encode(BUILTIN_TEXT)
+    unk = tokenizer.unk_token_id
+    unknown = sum(i == unk for i in ids) / len(ids) if ids and unk is not None else 0.0
+    if not ids or unknown > MAX_UNKNOWN_SHARE:
+        raise PilotError("bad_tokenizer", f"the tokenizer of {model_dir} ({tokenizer.name}) cannot encode the built-in "
+                                          f"text: {unknown:.0%} of its tokens are the unknown token"
+                                          + ("" if present else " (the checkpoint has no tokenizer files)"))
+    return tokenizer, None
 
 
 @dataclasses.dataclass

@@ -54,12 +54,23 @@ def load_checkpoint(path: str, dtype: torch.dtype, attn_implementation: str):
             "(no AutoModelForCausalLM class in the installed Transformers)",
         )
     try:
-        return AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, attn_implementation=attn_implementation, local_files_only=True
+        model, loading = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, attn_implementation=attn_implementation, local_files_only=True,
+            output_loading_info=True,
         )
     except Exception as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise PilotError("bad_input", f"cannot load {path}: {first_line}") from None
+    # A checkpoint of another head (e.g. a plain encoder) loads with fresh random weights where
+    # the head should be: every result would describe a model nobody trained.
+    missing, unexpected = sorted(loading["missing_keys"]), sorted(loading["unexpected_keys"])
+    if missing or unexpected:
+        parts = [f"{len(keys)} {what} ({', '.join(keys[:3])}{', …' if len(keys) > 3 else ''})"
+                 for keys, what in ((missing, "weights it needs are missing"),
+                                    (unexpected, "weights in the checkpoint are not used")) if keys]
+        raise PilotError("not_causal_lm", f"{path} is not a complete {type(model).__name__} checkpoint: "
+                                          f"{'; '.join(parts)} — was it saved from a model without a language-model head?")
+    return model
 
 
 def load_reference(cfg: PilotConfig):

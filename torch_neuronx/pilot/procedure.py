@@ -9,7 +9,8 @@ failure later on never erases what already ran.
 
 Exit codes: 0 every check passed; 1 a check failed or a step hit an error;
 2 bad input or an unusable environment (one-line error, partial report);
-3 an internal error of the pilot itself (one line; details in report.json).
+3 an internal error of the pilot itself (one line; details in report.json);
+130 / 143 interrupted by SIGINT / SIGTERM (previous report kept, partial one beside it).
 """
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import contextlib
 import datetime
 import os
 import platform
+import signal
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -29,6 +32,7 @@ from .config import PilotConfig, PilotError
 from .device import is_emulated, resolve_device, set_core_capacity, use_instance
 from .inputs import load_tokenizer
 from .model import describe, load_reference, out_of_memory, to_device
+from .output import Staging, check_out
 from .report import STEP_ORDER, Check, Report, StepSection, to_json_text
 from .report.schema import Environment, ReportError
 from .steps import STEPS, checkpoint, compilation, cost, finetune, inputs, numerics, performance, quality
@@ -38,6 +42,28 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
 class StepError(Exception):
     """A step could not complete; the pilot records it and goes on with the next step."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C (SIGINT)."""
+
+    signum = signal.SIGTERM
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    if threading.current_thread() is not threading.main_thread():  # handlers live in the main thread only
+        yield
+        return
+
+    def raise_terminated(_signum, _frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _versions() -> dict:
@@ -108,7 +134,7 @@ class PilotRun:
         section.summary = module.summary(section.result)
 
     def write(self) -> None:
-        """Write the report as it stands: a crash or a bad input still leaves one on disk."""
+        """Write the report as it stands into the run's directory (published when the run ends)."""
         self.report.duration_seconds = time.perf_counter() - self.started
         text = to_json_text(self.report)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -125,7 +151,24 @@ class PilotRun:
     def run(self) -> int:
         from transformers.utils import logging as hf_logging
 
+        try:  # before anything else: where the report goes (no report can be written if this fails)
+            check_out(self.out, self.cfg.model)
+            staging = Staging(self.out)
+        except PilotError as exc:
+            self.ui.error(str(exc))
+            return EXIT_BAD_INPUT
+        self.workdir = staging.dir
         hf_logging.disable_progress_bar()  # our progress bars are the console's
+        try:
+            with _sigterm_as_interrupt():
+                self._run_and_record()
+        except KeyboardInterrupt as exc:
+            return self._interrupted(staging, getattr(exc, "signum", signal.SIGINT))
+        staging.publish()
+        self.ui.summary(self.report.to_json(), self.out)
+        return self.report.exit_code
+
+    def _run_and_record(self) -> None:
         try:
             self._run_steps()
             failed = any(s.status in ("failed", "error") for s in self.report.steps.values())
@@ -144,7 +187,21 @@ class PilotRun:
             self.write_html()
         except Exception as exc:  # the JSON is the record; a rendering problem must not hide it
             self.ui.error(f"report.html not written: {first_line(exc)}")
-        self.ui.summary(self.report.to_json(), self.out)
+
+    def _interrupted(self, staging: Staging, signum: int) -> int:
+        """Keep the previous report; the partial one goes beside it, marked with the step it reached."""
+        name = signal.Signals(signum).name
+        step = self.current
+        message = f"interrupted by {name}" + (f" during step {step!r}" if step else "")
+        if step:
+            self.section(step).status = "error"
+            self.section(step).summary = message
+        self.report.error = ReportError("interrupted", message, step)
+        self.report.status = "interrupted"
+        self.report.exit_code = 128 + signum
+        self.report.duration_seconds = time.perf_counter() - self.started
+        path = staging.keep_interrupted(to_json_text(self.report))
+        self.ui.error(f"{message}; the previous report in {self.out} is kept, the partial one is {path}")
         return self.report.exit_code
 
     def _abort(self, kind: str, message: str, code: int, detail: str | None = None) -> None:
@@ -158,7 +215,6 @@ class PilotRun:
 
     def _run_steps(self) -> None:
         cfg = self.cfg
-        self.current = "inputs"
         cfg.validate()
         device = self.device = resolve_device(cfg.device)
         if cfg.instance and device.type == "neuron":
@@ -175,8 +231,11 @@ class PilotRun:
         if self.section("inputs").status == "error":
             raise StepError(self.section("inputs").summary)
         with self.part("inputs", label=" (prepare)"):
-            tokenizer = load_tokenizer(cfg.model)
-            self.section("inputs").result, known = inputs.run(cfg, ref.config.vocab_size, tokenizer, self.workdir)
+            tokenizer, tokenizer_note = load_tokenizer(cfg.model)
+            if tokenizer_note:
+                self.ui.note(tokenizer_note)
+            self.section("inputs").result, known = inputs.run(cfg, ref.config.vocab_size, tokenizer, tokenizer_note,
+                                                              self.workdir)
         perf.reset_peak_memory(device)
         dev = to_device(ref, device)
 

@@ -15,13 +15,14 @@ import math
 from typing import Any
 
 SCHEMA_NAME = "torchneuron-pilot-report"
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: status/kind "interrupted", kind "bad_tokenizer", inputs.tokenizer_note
 
 # The procedure order; also the order of the HTML sections.
 STEP_ORDER = ("inputs", "numerics", "quality", "finetune", "checkpoint", "compilation", "performance", "cost")
 STEP_STATUSES = ("passed", "failed", "error", "skipped", "not_available", "not_run")
-REPORT_STATUSES = ("passed", "failed", "error")
-ERROR_KINDS = ("bad_input", "not_causal_lm", "out_of_memory", "unsupported_dtype", "device_unavailable")
+REPORT_STATUSES = ("passed", "failed", "error", "interrupted")
+ERROR_KINDS = ("bad_input", "not_causal_lm", "bad_tokenizer", "out_of_memory", "unsupported_dtype", "device_unavailable",
+               "interrupted")
 
 
 class ReportSchemaError(ValueError):

@@ -20,12 +20,14 @@ class InputsResult:
     seq_lens: list[int]
     eval_tokens: int
     prompts: list[str]
+    tokenizer_note: str | None = None  # why the checkpoint's own tokenizer is not the one used
 
     def to_data(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def run(cfg: PilotConfig, vocab_size: int, tokenizer, workdir: Path) -> tuple[InputsResult, KnownInputs]:
+def run(cfg: PilotConfig, vocab_size: int, tokenizer, tokenizer_note: str | None,
+        workdir: Path) -> tuple[InputsResult, KnownInputs]:
     if cfg.inputs:
         known = load_inputs(cfg.inputs, vocab_size)
         origin = f"loaded from {cfg.inputs}"
@@ -37,12 +39,13 @@ def run(cfg: PilotConfig, vocab_size: int, tokenizer, workdir: Path) -> tuple[In
     path = workdir / "inputs.json"
     known.save(path)
     result = InputsResult(path.name, origin, known.tokenizer, known.batch_size, known.seq_lens,
-                          len(known.eval_ids), known.prompts)
+                          len(known.eval_ids), known.prompts, tokenizer_note)
     return result, known
 
 
 def summary(r: InputsResult) -> str:
-    return f"{r.batch_size} × {r.seq_lens} tokens {r.origin}; saved to {r.file} (reuse with --inputs)"
+    text = f"{r.batch_size} × {r.seq_lens} tokens {r.origin}; saved to {r.file} (reuse with --inputs)"
+    return text + (f"; note: {r.tokenizer_note}" if r.tokenizer_note else "")
 
 
 def html(data: dict) -> str:
@@ -50,4 +53,6 @@ def html(data: dict) -> str:
         return ""
     prompts = "".join(f"<li><code>{e(p[:160])}</code></li>" for p in data.get("prompts", []))
     return (f"<p>Tokenizer: {e(data.get('tokenizer'))}; batch {e(data.get('batch_size'))} × lengths "
-            f"{e(data.get('seq_lens'))}; file <code>{e(data.get('file'))}</code>.</p><ol>{prompts}</ol>")
+            f"{e(data.get('seq_lens'))}; file <code>{e(data.get('file'))}</code>.</p>"
+            + (f"<p class='banner'>{e(data['tokenizer_note'])}</p>" if data.get("tokenizer_note") else "")
+            + f"<ol>{prompts}</ol>")
