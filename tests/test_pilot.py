@@ -162,9 +162,9 @@ def test_out_of_memory_on_a_small_core(tmp_path, restore_core_capacity):
 
 
 def test_inputs_outside_the_vocabulary_are_rejected(tmp_path):
-    from torch_neuronx.pilot.inputs import ByteTokenizer, build_inputs
+    from torch_neuronx.pilot.inputs import build_inputs, builtin_tokenizer
 
-    inputs = build_inputs(ByteTokenizer(), batch_size=1, seq_lens=[8], eval_len=8)
+    inputs = build_inputs(builtin_tokenizer(), batch_size=1, seq_lens=[8], eval_len=8)
     inputs.batches[8][0][0] = 10**6
     bad = tmp_path / "bad.json"
     inputs.save(bad)

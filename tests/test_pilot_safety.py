@@ -24,7 +24,7 @@ from torch_neuronx.pilot.console import PilotConsole
 from torch_neuronx.pilot.output import INTERRUPTED, STAGING_PREFIX
 from torch_neuronx.pilot.report import validate_report
 from torch_neuronx.pilot.steps import cost, numerics
-from torch_neuronx.testing.tiny_models import TinySize, char_tokenizer, tiny_causal_lm
+from torch_neuronx.testing.tiny_models import TinySize, byte_tokenizer, tiny_causal_lm
 
 REPO = Path(__file__).resolve().parents[1]
 MINIMAL = ["--batch-size", "1", "--seq-lens", "8", "--gen-tokens", "2", "--iters", "2", "--train-steps", "0"]
@@ -79,7 +79,7 @@ def test_a_tokenizer_that_cannot_encode_the_text_fails_the_run(tmp_path):
 
 
 def test_a_truncated_tokenizer_falls_back_visibly_and_an_oom_in_the_last_step_keeps_what_ran(tmp_path, monkeypatch):
-    ckpt = _llama_checkpoint(tmp_path / "model", char_tokenizer(128))
+    ckpt = _llama_checkpoint(tmp_path / "model", byte_tokenizer(128))
     tokenizer_json = ckpt / "tokenizer.json"
     tokenizer_json.write_text(tokenizer_json.read_text()[:200])
     # the fresh process's work, in this process (the subject here is the report, not the interpreter)

@@ -79,7 +79,7 @@ def test_cost_without_a_price_is_not_available_and_says_why():
 
 
 def test_step_summaries_from_hand_made_results():
-    r = inputs.InputsResult("inputs.json", "built from the built-in text", "ByteTokenizer", 2, [8, 16], 16, ["a", "b"])
+    r = inputs.InputsResult("inputs.json", "built from the built-in text", "byte-level (built-in)", 2, [8, 16], 16, ["a", "b"])
     assert inputs.summary(r) == "2 × [8, 16] tokens built from the built-in text; saved to inputs.json " \
                                 "(reuse with --inputs)"
     num = numerics.NumericsResult({"eager": {"logits": {"8": {"max_abs_error": 3e-5}, "16": {"max_abs_error": 7e-5}},

@@ -46,7 +46,7 @@ def token_batch(batch: int = 2, length: int = 10, seed: int = 0) -> torch.Tensor
 
 @pytest.fixture(scope="session")
 def char_tokenizer():
-    return tiny_models.char_tokenizer(VOCAB)
+    return tiny_models.byte_tokenizer(VOCAB)
 
 
 def text_dataset(n: int = 16, seed: int = 0):

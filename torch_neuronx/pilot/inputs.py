@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from ..testing.errors import first_line
+from ..testing.tiny_models import byte_tokenizer
 from .config import PilotError
 
 INPUTS_SCHEMA = 1
@@ -32,32 +33,12 @@ BUILTIN_TEXT = (
     "estimated from the measured time and the price of the instance."
 )
 
-BYTE_TOKENIZER_SPECIALS = 3  # pad, bos, eos come before the 256 byte values
+class Tokenizer:
+    """A Transformers tokenizer as the pilot uses it: plain text in, ids out, no special tokens added."""
 
-
-class ByteTokenizer:
-    """UTF-8 bytes as token ids: the built-in model's tokenizer, needing no files."""
-
-    pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
-    vocab_size = BYTE_TOKENIZER_SPECIALS + 256
-    name = "byte-level (built-in)"
-
-    def encode(self, text: str) -> list[int]:
-        return [b + BYTE_TOKENIZER_SPECIALS for b in text.encode("utf-8")]
-
-    def decode(self, ids) -> str:
-        # A model may generate ids past the 256 bytes (its vocabulary is rounded up): show them as U+FFFD.
-        data = bytes(i - BYTE_TOKENIZER_SPECIALS if BYTE_TOKENIZER_SPECIALS <= i < self.vocab_size else 0xFF
-                     for i in ids if i >= BYTE_TOKENIZER_SPECIALS)
-        return data.decode("utf-8", errors="replace")
-
-
-class CheckpointTokenizer:
-    """The tokenizer saved with a checkpoint, loaded from local files only."""
-
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, name: str | None = None):
         self._tok = tokenizer
-        self.name = type(tokenizer).__name__
+        self.name = name or type(tokenizer).__name__
         self.unk_token_id = tokenizer.unk_token_id
 
     def encode(self, text: str) -> list[int]:
@@ -65,6 +46,11 @@ class CheckpointTokenizer:
 
     def decode(self, ids) -> str:
         return self._tok.decode(list(ids))
+
+
+def builtin_tokenizer() -> Tokenizer:
+    """The built-in model's tokenizer, needing no files: byte ``b`` is id ``3 + b``."""
+    return Tokenizer(byte_tokenizer(), "byte-level (built-in)")
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
@@ -80,17 +66,17 @@ def load_tokenizer(model_dir: str | None) -> tuple[object, str | None]:
     every prompt would be ``[UNK] [UNK] …`` and the report would describe nothing.
     """
     if model_dir is None:
-        return ByteTokenizer(), None
+        return builtin_tokenizer(), None
     present = [name for name in TOKENIZER_FILES if (Path(model_dir) / name).is_file()]
     try:
         from transformers import AutoTokenizer
 
-        tokenizer = CheckpointTokenizer(AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
+        tokenizer = Tokenizer(AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
     except Exception as exc:
         if present:
-            return ByteTokenizer(), (f"the checkpoint's tokenizer ({', '.join(present)}) does not load "
+            return builtin_tokenizer(), (f"the checkpoint's tokenizer ({', '.join(present)}) does not load "
                                      f"({first_line(exc)}); using the built-in byte-level tokenizer instead")
-        return ByteTokenizer(), "the checkpoint has no tokenizer files; using the built-in byte-level tokenizer"
+        return builtin_tokenizer(), "the checkpoint has no tokenizer files; using the built-in byte-level tokenizer"
     ids = tokenizer.encode(BUILTIN_TEXT)
     unk = tokenizer.unk_token_id
     unknown = sum(i == unk for i in ids) / len(ids) if ids and unk is not None else 0.0
@@ -144,7 +130,7 @@ def build_inputs(tokenizer, batch_size: int, seq_lens, eval_len: int) -> KnownIn
         for length in seq_lens
     }
     prompts = [tokenizer.decode(row) for row in batches[min(batches)]]
-    return KnownInputs(type(tokenizer).__name__, prompts, batches, stream[:eval_len])
+    return KnownInputs(tokenizer.name, prompts, batches, stream[:eval_len])
 
 
 def load_inputs(path: Path, vocab_size: int) -> KnownInputs:

@@ -12,14 +12,13 @@ from pathlib import Path
 
 import torch
 
-from ..testing.tiny_models import TinySize, tiny_causal_lm
+from ..testing.tiny_models import BOS, EOS, PAD, TinySize, tiny_causal_lm
 from .config import PilotConfig, PilotError
-from .inputs import ByteTokenizer
 
 # Small enough that the whole default pilot (with torch.compile) runs in a few
 # minutes on two host cores, large enough to have GQA, RoPE, RMSNorm and SwiGLU.
 BUILTIN_SIZE = TinySize(hidden=128, intermediate=256, heads=4, kv_heads=2, layers=2,
-                        vocab=320,  # the byte tokenizer's 259 ids, rounded up
+                        vocab=320,  # the byte-level tokenizer's 259 ids, rounded up
                         positions=512)
 
 
@@ -30,9 +29,8 @@ def causal_lm_types() -> set[str]:
 
 
 def build_builtin(cfg: PilotConfig):
-    tok = ByteTokenizer
-    model = tiny_causal_lm("llama", BUILTIN_SIZE, cfg.seed, cfg.attn_implementation, pad_token_id=tok.pad_token_id,
-                           bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, tie_word_embeddings=False)
+    model = tiny_causal_lm("llama", BUILTIN_SIZE, cfg.seed, cfg.attn_implementation, pad_token_id=PAD,
+                           bos_token_id=BOS, eos_token_id=EOS, tie_word_embeddings=False)
     return model.to(cfg.torch_dtype)
 
 

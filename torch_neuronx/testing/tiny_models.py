@@ -145,17 +145,32 @@ def tiny_causal_lm(model_type: str = "llama", size: TinySize = TinySize(), seed:
     return AutoModelForCausalLM.from_config(config, dtype=torch.float32, **kwargs).eval()
 
 
-def char_tokenizer(vocab_size: int = 128, model_max_length: int = 4096):
-    """A real ``PreTrainedTokenizerFast`` needing no files: one token per printable ASCII character."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+BYTE_VOCAB = 3 + 256  # the three special tokens, then one id per byte value
 
+
+def byte_tokenizer(vocab_size: int = BYTE_VOCAB, model_max_length: int = 4096):
+    """The project's one file-free tokenizer: a real ``PreTrainedTokenizerFast``, one token per UTF-8 byte.
+
+    Byte ``b`` is id ``3 + b`` after ``<pad>``, ``<s>``, ``</s>``; with a smaller
+    ``vocab_size`` the bytes that do not fit (never printable ASCII below ``|``
+    for 128) become ``<pad>``, the unknown token. Saved with ``save_pretrained`` it
+    loads back with ``AutoTokenizer``.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    as_char = bytes_to_unicode()  # byte -> the printable character byte-level tokenizers spell it with
     vocab = {"<pad>": PAD, "<s>": BOS, "</s>": EOS}
-    vocab.update({chr(32 + i): 3 + i for i in range(min(95, vocab_size - 3))})
-    word_level = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
-    word_level.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
+    vocab.update({as_char[b]: 3 + b for b in range(min(256, vocab_size - 3))})
+    bytes_level = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    bytes_level.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        pre_tokenizers.Split("", behavior="isolated"),
+    ])
+    bytes_level.decoder = decoders.ByteLevel()
     return PreTrainedTokenizerFast(
-        tokenizer_object=word_level, model_max_length=model_max_length,
+        tokenizer_object=bytes_level, model_max_length=model_max_length,
         pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<pad>",
     )
 
@@ -172,11 +187,11 @@ def random_text_dataset(n: int, min_chars: int, max_chars: int, seed: int = 0):
     return Dataset.from_dict({"text": texts})
 
 
-# The examples' stand-in for a Hub checkpoint: a two-layer Qwen3 with the character tokenizer's vocabulary.
+# The examples' stand-in for a Hub checkpoint: a two-layer Qwen3 with a 128-id vocabulary (see byte_tokenizer).
 QWEN3_EXAMPLE = TinySize(kv_heads=4, vocab=128, positions=4096)
 
 
 def tiny_qwen3(seed: int = 0, **overrides):
-    """The examples' tiny Qwen3 (see :data:`QWEN3_EXAMPLE`), special tokens matching :func:`char_tokenizer`."""
+    """The examples' tiny Qwen3 (see :data:`QWEN3_EXAMPLE`), special tokens matching :func:`byte_tokenizer`."""
     return tiny_causal_lm("qwen3", QWEN3_EXAMPLE, seed, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS,
                           **overrides)
