@@ -212,3 +212,23 @@ def test_a_complete_rerun_replaces_every_file_of_the_previous_run(tmp_path, monk
     assert run_pilot(cfg, ui) == 2
     assert sorted(p.name for p in out.iterdir()) == ["mine.txt", "report.html", "report.json"]
     assert _strict_json(out / "report.json")["status"] == "error"
+
+
+# ---------------------------------------------------------------- configuration errors are one line
+def test_a_configuration_error_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+    from torch_neuronx.cli import info
+    from torch_neuronx.runtime.config import ConfigError
+
+    def bad_environment(*args, **kwargs):
+        raise ConfigError("TORCHNEURON_64BIT='maybe' is not a boolean; use 1/0, true/false, yes/no or on/off")
+
+    monkeypatch.setattr(info, "collect", bad_environment)
+    assert main(["info"]) == 2
+    printed = capsys.readouterr()
+    assert _error_lines(printed.err) == ["error: TORCHNEURON_64BIT='maybe' is not a boolean; use 1/0, true/false, "
+                                         "yes/no or on/off"] and "Traceback" not in printed.out + printed.err
+    monkeypatch.setattr("torch_neuronx.pilot.procedure.resolve_device", bad_environment)
+    assert main(["pilot", "--out", str(tmp_path)]) == 2
+    report = _strict_json(tmp_path / "report.json")
+    assert report["error"]["kind"] == "bad_input" and "TORCHNEURON_64BIT" in report["error"]["message"]
+    assert len(_error_lines(capsys.readouterr().err)) == 1

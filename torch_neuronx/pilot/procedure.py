@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ..runtime.config import ConfigError
 from ..testing.errors import first_line
 from . import compiler, perf
 from .config import PilotConfig, PilotError
@@ -107,7 +108,7 @@ class PilotRun:
         try:
             with self.ui.progress(f"{section.title}{label}", total) as advance:
                 yield advance
-        except (PilotError, torch.OutOfMemoryError, KeyboardInterrupt):
+        except (PilotError, ConfigError, torch.OutOfMemoryError, KeyboardInterrupt):
             raise
         except Exception as exc:
             message = first_line(exc)
@@ -176,6 +177,8 @@ class PilotRun:
             self.report.exit_code = EXIT_CHECK_FAILED if failed else EXIT_OK
         except PilotError as exc:
             self._abort(exc.kind, str(exc), EXIT_BAD_INPUT)
+        except ConfigError as exc:  # an environment variable the runtime cannot use, found at first device use
+            self._abort("bad_input", str(exc), EXIT_BAD_INPUT)
         except torch.OutOfMemoryError as exc:
             err = out_of_memory(getattr(self, "device", self.cfg.device), exc)
             self._abort(err.kind, str(err), EXIT_BAD_INPUT)
