@@ -18,6 +18,7 @@ from torch_neuronx.testing import tiny_models
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
+sys.path.insert(0, str(EXAMPLES))  # tests import the examples' own functions
 
 VOCAB = 128
 PAD, BOS, EOS = tiny_models.PAD, tiny_models.BOS, tiny_models.EOS
