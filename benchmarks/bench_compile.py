@@ -109,19 +109,16 @@ def lowering_cost() -> dict:
 
 def varlen(samples: int = 16) -> dict:
     import torch_neuronx
+    from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm
 
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=4, vocab_size=512,
-                         max_position_embeddings=512)
+    size = TinySize(kv_heads=4, vocab=512, positions=512)
     gen = torch.Generator().manual_seed(0)
     lengths = torch.randint(60, 301, (samples,), generator=gen).tolist()
     out = {"distinct_lengths": len(set(lengths))}
     for label, pad in (("unpadded", 1), ("padded_to_128", 128)):
         torch._dynamo.reset()
         torch_neuronx.reset_dynamo_metrics()
-        model = LlamaForCausalLM(config).to("neuron").eval()
+        model = tiny_causal_lm("llama", size).to("neuron")
         forward = torch.compile(model, backend="neuron", fullgraph=True)
         start = time.perf_counter()
         with torch.no_grad():

@@ -31,7 +31,7 @@ def tiny_pipeline():
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
-    from tiny_models import char_tokenizer
+    from torch_neuronx.testing.tiny_models import byte_tokenizer
 
     torch.manual_seed(0)
     transformer = FluxTransformer2DModel(
@@ -51,8 +51,8 @@ def tiny_pipeline():
         shift_factor=0.0609, scaling_factor=1.5035,
     )
     return FluxPipeline(scheduler=FlowMatchEulerDiscreteScheduler(), vae=vae, text_encoder=clip,
-                        tokenizer=char_tokenizer(128, 77), text_encoder_2=t5,
-                        tokenizer_2=char_tokenizer(128, 77), transformer=transformer)
+                        tokenizer=byte_tokenizer(128, 77), text_encoder_2=t5,
+                        tokenizer_2=byte_tokenizer(128, 77), transformer=transformer)
 
 
 def place(pipe, device: str, tp_degree: int):

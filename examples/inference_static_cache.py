@@ -84,7 +84,7 @@ def main(argv=None):
 
     from transformers import AutoModelForCausalLM
 
-    from tiny_models import tiny_qwen3
+    from torch_neuronx.testing.tiny_models import tiny_qwen3
 
     torch._dynamo.config.automatic_dynamic_shapes = False
     dtype = getattr(torch, args.dtype)

@@ -32,10 +32,10 @@ import torch  # noqa: E402
 
 def write_tiny_checkpoint(path: str):
     """Rank 0 saves a tiny Qwen3 + tokenizer so every rank can load it sharded."""
-    from tiny_models import char_tokenizer, tiny_qwen3
+    from torch_neuronx.testing.tiny_models import QWEN3_EXAMPLE, byte_tokenizer, tiny_qwen3
 
     tiny_qwen3().save_pretrained(path)
-    char_tokenizer().save_pretrained(path)
+    byte_tokenizer(QWEN3_EXAMPLE.vocab).save_pretrained(path)
 
 
 class BatchShapes:
@@ -91,7 +91,7 @@ def main(argv=None):
 
         dataset = load_dataset(args.dataset, split="train")
     else:
-        from tiny_models import random_text_dataset
+        from torch_neuronx.testing.tiny_models import random_text_dataset
 
         dataset = random_text_dataset(64, 20, 300)
 

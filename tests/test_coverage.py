@@ -7,8 +7,10 @@ import pytest
 
 from torch_neuronx.cli.main import main
 from torch_neuronx.coverage.probe import CHECKS, classify
-from torch_neuronx.coverage.sweep import Worker, summarise
-from torch_neuronx.coverage.tiny import TINY_LAYERS, tiny_config
+from torch_neuronx.coverage.sweep import ProbeWorker, summarise
+from torch_neuronx.testing.tiny_models import TinySize, tiny_config
+
+TINY_LAYERS = TinySize().layers
 
 
 def test_tiny_config_shrinks_generically():
@@ -59,11 +61,11 @@ def test_sweep_of_two_architectures(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_hung_worker_is_replaced_and_the_sweep_goes_on(tmp_path):
-    worker = Worker("neuron", tmp_path / "worker.log")
+    worker = ProbeWorker("neuron", tmp_path / "worker.log")
     try:
         hung = worker.probe("llama", timeout=0.001)
         assert hung["crashed"] and "timed out" in hung["error"]
-        assert worker.proc is None  # killed
+        assert worker.child.proc is None  # killed
         again = worker.probe("llama", timeout=300)  # a fresh worker takes over
         assert again["status"] == "pass"
     finally:
@@ -72,4 +74,20 @@ def test_a_hung_worker_is_replaced_and_the_sweep_goes_on(tmp_path):
 
 def test_unknown_architecture_is_a_clear_error(tmp_path, capsys):
     assert main(["coverage", "--only", "llama,not_a_model", "--out", str(tmp_path)]) == 2
-    assert "not_a_model" in capsys.readouterr().out
+    assert "not_a_model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "cuda"], "'cuda' is not available"),
+    (["--device", "neuron:99"], "does not exist"),
+    (["--device", "nonsense"], "not a PyTorch device name"),
+    (["--limit", "-2"], "--limit must be at least 1"),
+    (["--limit", "0"], "--limit must be at least 1"),
+    (["--timeout", "nan"], "--timeout"),
+])
+def test_unusable_options_are_rejected_before_any_worker_starts(tmp_path, capsys, args, message):
+    assert main(["coverage", "--only", "llama", "--out", str(tmp_path / "cov"), *args]) == 2
+    printed = capsys.readouterr()
+    errors = [line for line in printed.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], printed
+    assert not (tmp_path / "cov").exists()  # nothing ran, nothing was written

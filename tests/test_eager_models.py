@@ -75,13 +75,9 @@ def test_sdpa_dropout_follows_neuron_seed():
 
 
 def _tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm
 
-    config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=64, tie_word_embeddings=True)
-    torch.manual_seed(0)
-    return LlamaForCausalLM(config).eval()
+    return tiny_causal_lm("llama", TinySize(vocab=128, positions=64), tie_word_embeddings=True)
 
 
 def test_tiny_llama_forward_backward_generate_matches_cpu():

@@ -58,7 +58,7 @@ def test_pilot_on_neuron_passes_and_matches_cpu(neuron_report):
     assert set(logits) == {"8", "12"}
     assert all(e["max_abs_error"] <= 1e-4 for e in logits.values())
     assert len(steps["numerics"]["data"]["eager"]["per_layer_max_abs_error"]) == \
-        pilot_model.BUILTIN_MODEL["num_hidden_layers"]
+        pilot_model.BUILTIN_SIZE.layers
     gen = steps["quality"]["data"]["generation"]["eager"]
     assert gen["device_tokens"] == gen["cpu_tokens"] and len(gen["cpu_tokens"][0]) == 3
     ft = steps["finetune"]["data"]
@@ -106,7 +106,7 @@ def test_a_device_fault_fails_the_checks_and_the_exit_code(tmp_path, monkeypatch
             dev.lm_head.weight.add_(0.05)
         return dev
 
-    monkeypatch.setattr("torch_neuronx.pilot.runner.to_device", faulty)
+    monkeypatch.setattr("torch_neuronx.pilot.procedure.to_device", faulty)
     cfg = PilotConfig(batch_size=1, seq_lens=(8,), gen_tokens=3, iters=2, train_steps=0, out=tmp_path)
     assert run_pilot(cfg, _quiet()) == 1
     report = json.loads((tmp_path / "report.json").read_text())
@@ -127,8 +127,10 @@ def test_bad_input_is_one_line_and_leaves_a_report(tmp_path, capsys, args, kind)
     printed = capsys.readouterr()
     assert code == 2
     assert "Traceback" not in printed.out + printed.err
-    errors = [line for line in printed.out.splitlines() if line.startswith("error:")]
-    assert errors and len(errors[0]) > 10
+    # one error line, on stderr, not repeated on stdout; no table of steps that never ran
+    errors = [line for line in printed.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and len(errors[0]) > 10 and "error:" not in printed.out
+    assert "not_run" not in printed.out
     report = json.loads((tmp_path / "report.json").read_text())
     validate_report(report)
     assert report["status"] == "error" and report["error"]["kind"] == kind
@@ -147,7 +149,7 @@ def test_not_a_causal_lm(tmp_path, capsys):
     assert code == 2
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["error"]["kind"] == "not_causal_lm"
-    assert "not a causal language model" in capsys.readouterr().out
+    assert "not a causal language model" in capsys.readouterr().err
 
 
 def test_out_of_memory_on_a_small_core(tmp_path, restore_core_capacity):
@@ -160,9 +162,9 @@ def test_out_of_memory_on_a_small_core(tmp_path, restore_core_capacity):
 
 
 def test_inputs_outside_the_vocabulary_are_rejected(tmp_path):
-    from torch_neuronx.pilot.inputs import ByteTokenizer, build_inputs
+    from torch_neuronx.pilot.inputs import build_inputs, builtin_tokenizer
 
-    inputs = build_inputs(ByteTokenizer(), batch_size=1, seq_lens=[8], eval_len=8)
+    inputs = build_inputs(builtin_tokenizer(), batch_size=1, seq_lens=[8], eval_len=8)
     inputs.batches[8][0][0] = 10**6
     bad = tmp_path / "bad.json"
     inputs.save(bad)

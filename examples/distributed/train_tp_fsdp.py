@@ -39,15 +39,11 @@ LLAMA_TP_PLAN = {
 def tiny_llama(device, hidden: int = 64, layers: int = 2, heads: int = 4, vocab: int = 96,
                seed: int = 0):
     """A Llama small enough that 32 ranks fit in a few GiB of host RAM."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm
 
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=heads,
-                      num_key_value_heads=heads, max_position_embeddings=128,
-                      tie_word_embeddings=False)
-    cfg._attn_implementation = "eager"
-    return LlamaForCausalLM(cfg).to(device)
+    size = TinySize(hidden=hidden, layers=layers, heads=heads, kv_heads=heads, intermediate=2 * hidden,
+                    vocab=vocab, positions=128)
+    return tiny_causal_lm("llama", size, seed, "eager", tie_word_embeddings=False).train().to(device)
 
 
 def tp_fsdp(model, mesh):

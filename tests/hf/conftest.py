@@ -14,55 +14,24 @@ from pathlib import Path
 import pytest
 import torch
 
+from torch_neuronx.testing import tiny_models
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-sys.path.insert(0, str(EXAMPLES))
-
-import tiny_models  # noqa: E402  (examples/tiny_models.py: shared with the examples)
+sys.path.insert(0, str(EXAMPLES))  # tests import the examples' own functions
 
 VOCAB = 128
 PAD, BOS, EOS = tiny_models.PAD, tiny_models.BOS, tiny_models.EOS
+SIZE = tiny_models.TinySize(hidden=32, intermediate=64, vocab=VOCAB)
 
-# One entry per architecture family of the brief: the config overrides that make
-# it tiny. Families whose config uses GPT-2 style names get their own keys.
-_LLAMA_LIKE = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-)
-FAMILIES: dict[str, dict] = {
-    "llama": _LLAMA_LIKE,
-    "qwen2": _LLAMA_LIKE,
-    "qwen3": {**_LLAMA_LIKE, "head_dim": 8},
-    "mistral": _LLAMA_LIKE,
-    "gemma": {**_LLAMA_LIKE, "head_dim": 8},
-    "phi3": _LLAMA_LIKE,
-    "gpt2": dict(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=256),
-    "gpt_neox": {**_LLAMA_LIKE, "num_key_value_heads": None},
-}
-
-
-def tiny_config(family: str, **overrides):
-    """The tiny ``PretrainedConfig`` of ``family`` (see ``FAMILIES``)."""
-    from transformers import AutoConfig
-
-    kwargs = {k: v for k, v in FAMILIES[family].items() if v is not None}
-    kwargs.update(pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS)
-    kwargs.update(overrides)
-    return AutoConfig.for_model(family, **kwargs)
+# One entry per architecture family of the brief; torch_neuronx.testing.tiny_models shrinks each.
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma", "phi3", "gpt2", "gpt_neox")
 
 
 def tiny_causal_lm(family: str = "llama", attn: str = "sdpa", seed: int = 0, **overrides):
     """A freshly initialised tiny ``AutoModelForCausalLM`` on CPU, in eval mode."""
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(family, **overrides), attn_implementation=attn)
-    return model.eval()
+    return tiny_models.tiny_causal_lm(family, SIZE, seed, attn, pad_token_id=PAD, bos_token_id=BOS,
+                                      eos_token_id=EOS, **overrides)
 
 
 def cpu_and_neuron(model):
@@ -78,7 +47,7 @@ def token_batch(batch: int = 2, length: int = 10, seed: int = 0) -> torch.Tensor
 
 @pytest.fixture(scope="session")
 def char_tokenizer():
-    return tiny_models.char_tokenizer(VOCAB)
+    return tiny_models.byte_tokenizer(VOCAB)
 
 
 def text_dataset(n: int = 16, seed: int = 0):

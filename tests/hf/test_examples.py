@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 
-import tiny_models
+from torch_neuronx.testing import tiny_models
 from conftest import run_example
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 from pathlib import Path
 
 SCHEMA_NAME, SCHEMA_VERSION = "torchneuron-coverage", "1.0"
@@ -46,20 +47,27 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import transformers
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from torch_neuronx.coverage.probe import CHECKS
     from torch_neuronx.coverage.sweep import run_sweep, summarise
 
+    from torch_neuronx.pilot.config import PilotError
+    from torch_neuronx.pilot.device import resolve_device
+
     console = Console()
     installed = installed_architectures()
-    try:
+    try:  # every option checked before a worker starts: a sweep on an unusable device is minutes of failures
+        if args.jobs < 1 or not math.isfinite(args.timeout) or args.timeout <= 0:
+            raise ValueError("--jobs must be at least 1 and --timeout a positive number of seconds")
+        if args.limit is not None and args.limit < 1:
+            raise ValueError(f"--limit must be at least 1 (got {args.limit})")
         chosen = select(args, installed)
-        if args.jobs < 1 or args.timeout <= 0:
-            raise ValueError("--jobs must be at least 1 and --timeout positive")
-    except ValueError as exc:
-        console.print(f"[bold red]error:[/bold red] {exc}", highlight=False)
+        resolve_device(args.device)
+    except (ValueError, PilotError) as exc:
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

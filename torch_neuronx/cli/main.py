@@ -2,7 +2,8 @@
 
 Each subcommand lives in its own module exposing ``add_parser(subparsers)``,
 which registers its arguments and sets ``func`` to the function that runs it
-(returning the process exit code).
+(returning the process exit code). A :class:`ConfigError` (an environment
+variable the runtime cannot use) is one line on stderr and exit code 2.
 """
 from __future__ import annotations
 
@@ -31,12 +32,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from torch_neuronx.runtime.config import ConfigError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as exc:  # a bad environment variable: one line, like every bad input
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

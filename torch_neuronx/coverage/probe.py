@@ -14,16 +14,12 @@ import time
 
 import torch
 
-from .tiny import build_tiny
+from ..testing.errors import first_line
+from ..testing.tiny_models import tiny_causal_lm
 
 CHECKS = ("forward", "backward", "generate_dynamic", "generate_static", "save_load")
 ATOL, RTOL = 1e-4, 1e-3
 NEW_TOKENS = 4
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, float]:
@@ -85,7 +81,7 @@ def _run_checks(model, ids, device, reference: dict | None) -> tuple[dict, dict]
             detail = _compare(name, out, reference.get(name)) if reference is not None else None
             results[name] = {"ok": detail is None, "error": detail}
         except Exception as exc:  # every failure is data for the table
-            results[name] = {"ok": False, "error": _first_line(exc)}
+            results[name] = {"ok": False, "error": first_line(exc, limit=300)}
         results[name]["seconds"] = round(time.perf_counter() - start, 3)
     return results, outputs
 
@@ -116,11 +112,11 @@ def probe(model_type: str, device: str, on_phase=lambda phase: None) -> dict:
     result = {"model_type": model_type, "device": device}
     on_phase("build")
     try:
-        model = build_tiny(model_type)
+        model = tiny_causal_lm(model_type)
         result["architecture"] = type(model).__name__
         result["parameters"] = sum(p.numel() for p in model.parameters())
     except Exception as exc:
-        result.update(status="build_failed", error=_first_line(exc))
+        result.update(status="build_failed", error=first_line(exc, limit=300))
         return result
     vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None \
         else model.config.vocab_size
@@ -134,7 +130,7 @@ def probe(model_type: str, device: str, on_phase=lambda phase: None) -> dict:
         dev_model = copy.deepcopy(model).to(target)
         dev_results, _ = _run_checks(dev_model, ids.to(target), target, cpu_outputs)
     except Exception as exc:
-        dev_results = {name: {"ok": False, "error": f"moving the model: {_first_line(exc)}"} for name in CHECKS}
+        dev_results = {name: {"ok": False, "error": f"moving the model: {first_line(exc, limit=300)}"} for name in CHECKS}
     result["cpu"], result["device_checks"] = cpu_results, dev_results
     result["status"] = classify(cpu_results, dev_results)
     return result

@@ -1,83 +1,45 @@
 """Run probes in child processes, several at once, surviving crashes and hangs.
 
-Each of ``jobs`` threads owns one worker process (:mod:`.worker`) and feeds it
+Each of ``jobs`` threads owns one worker process (:mod:`.probe_process`) and feeds it
 architectures one at a time. A worker that dies (segfault, abort, OOM kill) or
 exceeds the per-architecture timeout is killed and replaced; the architecture
 is recorded as crashed in the stage it had reached, and the sweep goes on.
 """
 from __future__ import annotations
 
-import json
 import queue
-import subprocess
-import sys
 import threading
-import time
 from pathlib import Path
 
 from .popular import POPULAR_TEXT_GENERATION
 from .probe import CHECKS
-from .worker import MARKER
+from ..testing.child_process import ChildFailed, ChildProcess
 
 READY_TIMEOUT_SECONDS = 300
 
 
-class Worker:
+class ProbeWorker:
+    """One child process (:mod:`.probe_process`) probing architectures one at a time; replaced after a crash."""
+
     def __init__(self, device: str, log_path: Path):
-        self.device, self.log_path = device, log_path
-        self.proc: subprocess.Popen | None = None
-
-    def _start(self) -> None:
-        self.events: queue.Queue = queue.Queue()
-        log = open(self.log_path, "a")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "torch_neuronx.coverage.worker", "--device", self.device],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
-        )
-        log.close()
-        threading.Thread(target=self._read, args=(self.proc, self.events), daemon=True).start()
-        event = self._next(time.monotonic() + READY_TIMEOUT_SECONDS)
-        if not event or event.get("event") != "ready":
-            self.stop()
-            raise RuntimeError(f"coverage worker did not start; see {self.log_path}")
-
-    @staticmethod
-    def _read(proc: subprocess.Popen, events: queue.Queue) -> None:
-        for line in proc.stdout:
-            if line.startswith(MARKER):
-                events.put(json.loads(line[len(MARKER):]))
-        events.put(None)  # end of stream: the process exited
-
-    def _next(self, deadline: float) -> dict | None | str:
-        try:
-            return self.events.get(timeout=max(deadline - time.monotonic(), 0.001))
-        except queue.Empty:
-            return "timeout"
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-        if self.proc:
-            self.proc.wait()
-        self.proc = None
+        self.child = ChildProcess("torch_neuronx.coverage.probe_process", ("--device", device), log_path,
+                                  ready_timeout=READY_TIMEOUT_SECONDS)
 
     def probe(self, model_type: str, timeout: float) -> dict:
-        if self.proc is None or self.proc.poll() is not None:
-            self._start()
-        self.proc.stdin.write(model_type + "\n")
-        self.proc.stdin.flush()
-        phase, deadline = "start", time.monotonic() + timeout
-        while True:
-            event = self._next(deadline)
-            if event == "timeout" or event is None:
-                code = None if event == "timeout" else self.proc.wait()
-                self.stop()
-                what = f"timed out after {timeout:.0f}s" if event == "timeout" else f"crashed (exit code {code})"
-                return crashed_result(model_type, phase, f"worker {what} during the {phase} stage")
-            if event["event"] == "phase":
-                phase = event["phase"]
-            elif event["event"] == "result":
-                return event["result"]
+        phase = "start"
+
+        def on_event(event: dict) -> None:
+            nonlocal phase
+            phase = event.get("phase", phase)
+
+        try:
+            return self.child.request({"model_type": model_type}, timeout, on_event)
+        except ChildFailed as exc:
+            what = {"timeout": str(exc), "exited": f"crashed ({exc})"}.get(exc.reason, f"failed ({exc})")
+            return crashed_result(model_type, phase, f"worker {what} during the {phase} stage")
+
+    def stop(self) -> None:
+        self.child.stop()
 
 
 def crashed_result(model_type: str, phase: str, message: str) -> dict:
@@ -99,17 +61,14 @@ def run_sweep(model_types: list[str], device: str, jobs: int, timeout: float, lo
     lock = threading.Lock()
 
     def drain(index: int) -> None:
-        worker = Worker(device, log_dir / f"coverage-worker-{index}.log")
+        worker = ProbeWorker(device, log_dir / f"coverage-worker-{index}.log")
         try:
             while True:
                 try:
                     name = todo.get_nowait()
                 except queue.Empty:
                     return
-                try:
-                    result = worker.probe(name, timeout)
-                except RuntimeError as exc:
-                    result = crashed_result(name, "start", str(exc))
+                result = worker.probe(name, timeout)
                 with lock:
                     results[name] = result
                     on_result(result)

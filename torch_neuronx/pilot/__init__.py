@@ -6,6 +6,6 @@
 performance, cost) and writes ``report.json`` + ``report.html``.
 """
 from .config import PilotConfig, PilotError
-from .runner import run_pilot
+from .procedure import run_pilot
 
 __all__ = ["PilotConfig", "PilotError", "run_pilot"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import torch
@@ -14,7 +15,7 @@ ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 class PilotError(Exception):
     """Bad input or an environment problem: reported in one line, never as a traceback.
 
-    ``kind`` names the class of problem (``bad_input``, ``not_causal_lm``,
+    ``kind`` names the class of problem (``bad_input``, ``not_causal_lm``, ``bad_tokenizer``,
     ``out_of_memory``, ``unsupported_dtype``, ``device_unavailable``) so the
     report and tests can tell them apart.
     """
@@ -106,10 +107,10 @@ class PilotConfig:
             raise PilotError("bad_input", "--train-steps must be 0 (no fine-tune) or more")
         if not self.seq_lens or min(self.seq_lens) < 2:
             raise PilotError("bad_input", "--seq-lens must list lengths of at least 2 tokens")
-        if self.price_per_hour is not None and self.price_per_hour <= 0:
-            raise PilotError("bad_input", "--price-per-hour must be positive")
-        if self.hbm_per_core_gib is not None and self.hbm_per_core_gib <= 0:
-            raise PilotError("bad_input", "--hbm-per-core must be positive")
+        for name, option in (("price_per_hour", "--price-per-hour"), ("hbm_per_core_gib", "--hbm-per-core")):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise PilotError("bad_input", f"{option} must be a positive, finite number (got {value})")
         from ..runtime.profiles import PROFILES
 
         if self.instance is not None and self.instance not in PROFILES:

@@ -5,6 +5,7 @@ import contextlib
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -13,8 +14,11 @@ STATUS_STYLE = {"passed": "green", "failed": "bold red", "error": "bold red", "s
 
 
 class PilotConsole:
-    def __init__(self, console: Console | None = None):
+    """Progress and the summary on ``console`` (stdout); errors on ``errors`` (stderr), never wrapped."""
+
+    def __init__(self, console: Console | None = None, errors: Console | None = None):
         self.console = console or Console()
+        self.errors = errors or Console(stderr=True, soft_wrap=True, highlight=False)
 
     @contextlib.contextmanager
     def progress(self, title: str, total: int | None):
@@ -32,7 +36,7 @@ class PilotConsole:
         self.console.print(f"[yellow]note:[/yellow] {message}")
 
     def error(self, message: str) -> None:
-        self.console.print(f"[bold red]error:[/bold red] {message}", highlight=False)
+        self.errors.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True, highlight=False)
 
     def summary(self, report: dict, out: Path) -> None:
         env = report["environment"]
@@ -42,14 +46,15 @@ class PilotConsole:
                            f"[bold]{env['device']}[/bold] ({report['config']['dtype']})")
         if env["emulated"]:
             self.console.print(f"[yellow]{env['time_basis']}[/yellow]")
-        table = Table(show_lines=False)
-        for col in ("step", "status", "seconds", "result"):
-            table.add_column(col, overflow="fold")
-        for step in report["steps"].values():
-            style = STATUS_STYLE.get(step["status"], "")
-            table.add_row(step["title"], f"[{style}]{step['status']}[/{style}]", f"{step['seconds']:.1f}",
-                          step["summary"])
-        self.console.print(table)
+        if any(step["status"] != "not_run" for step in report["steps"].values()):
+            table = Table(show_lines=False)
+            for col in ("step", "status", "seconds", "result"):
+                table.add_column(col, overflow="fold")
+            for step in report["steps"].values():
+                style = STATUS_STYLE.get(step["status"], "")
+                table.add_row(step["title"], f"[{style}]{step['status']}[/{style}]", f"{step['seconds']:.1f}",
+                              step["summary"])
+            self.console.print(table)
         s = report["summary"]
         verdict = {"passed": "[bold green]PASSED[/bold green]", "failed": "[bold red]FAILED[/bold red]",
                    "error": "[bold red]ERROR[/bold red]"}[report["status"]]
@@ -57,6 +62,4 @@ class PilotConsole:
                            f"{report['duration_seconds']:.0f}s (exit code {report['exit_code']})")
         for name in s["failed_checks"]:
             self.console.print(f"  [red]✗[/red] {name}")
-        if report["error"]:
-            self.console.print(f"[bold red]error:[/bold red] {report['error']['message']}", highlight=False)
         self.console.print(f"report: {out / 'report.json'}  {out / 'report.html'}")

@@ -11,6 +11,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+from ..testing.errors import first_line
+from ..testing.tiny_models import byte_tokenizer
 from .config import PilotError
 
 INPUTS_SCHEMA = 1
@@ -31,32 +33,13 @@ BUILTIN_TEXT = (
     "estimated from the measured time and the price of the instance."
 )
 
-BYTE_TOKENIZER_SPECIALS = 3  # pad, bos, eos come before the 256 byte values
+class Tokenizer:
+    """A Transformers tokenizer as the pilot uses it: plain text in, ids out, no special tokens added."""
 
-
-class ByteTokenizer:
-    """UTF-8 bytes as token ids: the built-in model's tokenizer, needing no files."""
-
-    pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
-    vocab_size = BYTE_TOKENIZER_SPECIALS + 256
-    name = "byte-level (built-in)"
-
-    def encode(self, text: str) -> list[int]:
-        return [b + BYTE_TOKENIZER_SPECIALS for b in text.encode("utf-8")]
-
-    def decode(self, ids) -> str:
-        # A model may generate ids past the 256 bytes (its vocabulary is rounded up): show them as U+FFFD.
-        data = bytes(i - BYTE_TOKENIZER_SPECIALS if BYTE_TOKENIZER_SPECIALS <= i < self.vocab_size else 0xFF
-                     for i in ids if i >= BYTE_TOKENIZER_SPECIALS)
-        return data.decode("utf-8", errors="replace")
-
-
-class CheckpointTokenizer:
-    """The tokenizer saved with a checkpoint, loaded from local files only."""
-
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, name: str | None = None):
         self._tok = tokenizer
-        self.name = type(tokenizer).__name__
+        self.name = name or type(tokenizer).__name__
+        self.unk_token_id = tokenizer.unk_token_id
 
     def encode(self, text: str) -> list[int]:
         return list(self._tok(text, add_special_tokens=False)["input_ids"])
@@ -65,16 +48,43 @@ class CheckpointTokenizer:
         return self._tok.decode(list(ids))
 
 
-def load_tokenizer(model_dir: str | None):
-    """The checkpoint's own tokenizer if it has one, else the byte-level one."""
+def builtin_tokenizer() -> Tokenizer:
+    """The built-in model's tokenizer, needing no files: byte ``b`` is id ``3 + b``."""
+    return Tokenizer(byte_tokenizer(), "byte-level (built-in)")
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "merges.txt", "special_tokens_map.json")
+MAX_UNKNOWN_SHARE = 0.1  # of the built-in text's tokens; a working tokenizer of any language model has none
+
+
+def load_tokenizer(model_dir: str | None) -> tuple[object, str | None]:
+    """The checkpoint's own tokenizer if it loads, else the byte-level one, and why the fallback (or None).
+
+    A tokenizer that loads but cannot encode the built-in text (mostly its unknown
+    token, e.g. a vocabulary-less tokenizer built from the config alone) is bad input:
+    every prompt would be ``[UNK] [UNK] …`` and the report would describe nothing.
+    """
     if model_dir is None:
-        return ByteTokenizer()
+        return builtin_tokenizer(), None
+    present = [name for name in TOKENIZER_FILES if (Path(model_dir) / name).is_file()]
     try:
         from transformers import AutoTokenizer
 
-        return CheckpointTokenizer(AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
-    except Exception:
-        return ByteTokenizer()
+        tokenizer = Tokenizer(AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
+    except Exception as exc:
+        if present:
+            return builtin_tokenizer(), (f"the checkpoint's tokenizer ({', '.join(present)}) does not load "
+                                     f"({first_line(exc)}); using the built-in byte-level tokenizer instead")
+        return builtin_tokenizer(), "the checkpoint has no tokenizer files; using the built-in byte-level tokenizer"
+    ids = tokenizer.encode(BUILTIN_TEXT)
+    unk = tokenizer.unk_token_id
+    unknown = sum(i == unk for i in ids) / len(ids) if ids and unk is not None else 0.0
+    if not ids or unknown > MAX_UNKNOWN_SHARE:
+        raise PilotError("bad_tokenizer", f"the tokenizer of {model_dir} ({tokenizer.name}) cannot encode the built-in "
+                                          f"text: {unknown:.0%} of its tokens are the unknown token"
+                                          + ("" if present else " (the checkpoint has no tokenizer files)"))
+    return tokenizer, None
 
 
 @dataclasses.dataclass
@@ -120,7 +130,7 @@ def build_inputs(tokenizer, batch_size: int, seq_lens, eval_len: int) -> KnownIn
         for length in seq_lens
     }
     prompts = [tokenizer.decode(row) for row in batches[min(batches)]]
-    return KnownInputs(type(tokenizer).__name__, prompts, batches, stream[:eval_len])
+    return KnownInputs(tokenizer.name, prompts, batches, stream[:eval_len])
 
 
 def load_inputs(path: Path, vocab_size: int) -> KnownInputs:

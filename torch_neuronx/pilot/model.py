@@ -12,24 +12,14 @@ from pathlib import Path
 
 import torch
 
+from ..testing.tiny_models import BOS, EOS, PAD, TinySize, tiny_causal_lm
 from .config import PilotConfig, PilotError
-from .inputs import ByteTokenizer
 
 # Small enough that the whole default pilot (with torch.compile) runs in a few
 # minutes on two host cores, large enough to have GQA, RoPE, RMSNorm and SwiGLU.
-BUILTIN_MODEL = dict(
-    vocab_size=320,  # the byte tokenizer's 259 ids, rounded up
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=512,
-    pad_token_id=ByteTokenizer.pad_token_id,
-    bos_token_id=ByteTokenizer.bos_token_id,
-    eos_token_id=ByteTokenizer.eos_token_id,
-    tie_word_embeddings=False,
-)
+BUILTIN_SIZE = TinySize(hidden=128, intermediate=256, heads=4, kv_heads=2, layers=2,
+                        vocab=320,  # the byte-level tokenizer's 259 ids, rounded up
+                        positions=512)
 
 
 def causal_lm_types() -> set[str]:
@@ -39,11 +29,9 @@ def causal_lm_types() -> set[str]:
 
 
 def build_builtin(cfg: PilotConfig):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(cfg.seed)
-    config = LlamaConfig(**BUILTIN_MODEL, attn_implementation=cfg.attn_implementation)
-    return LlamaForCausalLM(config).to(cfg.torch_dtype)
+    model = tiny_causal_lm("llama", BUILTIN_SIZE, cfg.seed, cfg.attn_implementation, pad_token_id=PAD,
+                           bos_token_id=BOS, eos_token_id=EOS, tie_word_embeddings=False)
+    return model.to(cfg.torch_dtype)
 
 
 def load_checkpoint(path: str, dtype: torch.dtype, attn_implementation: str):
@@ -64,12 +52,23 @@ def load_checkpoint(path: str, dtype: torch.dtype, attn_implementation: str):
             "(no AutoModelForCausalLM class in the installed Transformers)",
         )
     try:
-        return AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, attn_implementation=attn_implementation, local_files_only=True
+        model, loading = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, attn_implementation=attn_implementation, local_files_only=True,
+            output_loading_info=True,
         )
     except Exception as exc:
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise PilotError("bad_input", f"cannot load {path}: {first_line}") from None
+    # A checkpoint of another head (e.g. a plain encoder) loads with fresh random weights where
+    # the head should be: every result would describe a model nobody trained.
+    missing, unexpected = sorted(loading["missing_keys"]), sorted(loading["unexpected_keys"])
+    if missing or unexpected:
+        parts = [f"{len(keys)} {what} ({', '.join(keys[:3])}{', …' if len(keys) > 3 else ''})"
+                 for keys, what in ((missing, "weights it needs are missing"),
+                                    (unexpected, "weights in the checkpoint are not used")) if keys]
+        raise PilotError("not_causal_lm", f"{path} is not a complete {type(model).__name__} checkpoint: "
+                                          f"{'; '.join(parts)} — was it saved from a model without a language-model head?")
+    return model
 
 
 def load_reference(cfg: PilotConfig):

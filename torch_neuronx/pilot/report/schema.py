@@ -1,24 +1,144 @@
-"""The versioned schema of ``report.json`` (documented in docs/pilot.md).
+"""The versioned schema of ``report.json`` (documented in docs/pilot.md): typed sections and their JSON.
 
-Bump ``SCHEMA_VERSION``'s major number when a key is removed or changes
-meaning, the minor number when keys are added. :func:`validate_report` checks
-the parts every consumer relies on; the runner calls it before writing, so a
-report on disk always conforms.
+The runner fills a :class:`Report` (typed sections; each step's result is the
+step's own dataclass) and :func:`to_json_text` is the one place that turns it
+into JSON. Bump ``SCHEMA_VERSION``'s major number when a key is removed or
+changes meaning, the minor number when keys or values are added.
+:func:`validate_report` checks the parts every consumer relies on; the text is
+also checked to be strict JSON (no ``NaN``), so a report on disk always conforms.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
+from typing import Any
+
 SCHEMA_NAME = "torchneuron-pilot-report"
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: status/kind "interrupted", kind "bad_tokenizer", inputs.tokenizer_note
 
 # The issue's procedure order; also the order of the HTML sections.
 STEP_ORDER = ("inputs", "numerics", "quality", "finetune", "checkpoint", "compilation", "performance", "cost")
 STEP_STATUSES = ("passed", "failed", "error", "skipped", "not_available", "not_run")
-REPORT_STATUSES = ("passed", "failed", "error")
-ERROR_KINDS = ("bad_input", "not_causal_lm", "out_of_memory", "unsupported_dtype", "device_unavailable")
+REPORT_STATUSES = ("passed", "failed", "error", "interrupted")
+ERROR_KINDS = ("bad_input", "not_causal_lm", "bad_tokenizer", "out_of_memory", "unsupported_dtype", "device_unavailable",
+               "interrupted")
 
 
 class ReportSchemaError(ValueError):
     """A report does not follow the schema."""
+
+
+@dataclasses.dataclass
+class Check:
+    """One named pass/fail verdict with the measured value and the limit it was held to."""
+
+    name: str
+    passed: bool
+    value: Any = None
+    limit: Any = None
+    detail: str = ""
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "passed": bool(self.passed), "value": self.value, "limit": self.limit,
+                "detail": self.detail}
+
+
+@dataclasses.dataclass
+class StepSection:
+    """One step's section: status, time, summary, checks and the step's typed result."""
+
+    title: str
+    status: str = "not_run"
+    seconds: float = 0.0
+    summary: str = ""
+    checks: list[Check] = dataclasses.field(default_factory=list)
+    result: Any = None  # the step's result dataclass (``to_data()`` gives its JSON data)
+    errors: list[dict] = dataclasses.field(default_factory=list)
+
+    @property
+    def data(self) -> dict:
+        data = self.result.to_data() if self.result is not None else {}
+        if self.errors:
+            data["errors"] = list(self.errors)
+        return data
+
+    def to_json(self) -> dict:
+        return {"title": self.title, "status": self.status, "seconds": self.seconds, "summary": self.summary,
+                "checks": [c.to_json() for c in self.checks], "data": self.data}
+
+
+@dataclasses.dataclass
+class ReportError:
+    kind: str
+    message: str
+    step: str | None = None
+    traceback: str | None = None
+
+    def to_json(self) -> dict:
+        data = {"kind": self.kind, "message": self.message, "step": self.step}
+        if self.traceback:
+            data["traceback"] = self.traceback
+        return data
+
+
+@dataclasses.dataclass
+class Environment:
+    device: str
+    device_type: str
+    emulated: bool = False
+    time_basis: str = "not measured"
+    instance: dict | None = None
+    host: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Report:
+    created_utc: str
+    tool: dict
+    environment: Environment
+    config: dict
+    steps: dict[str, StepSection]
+    status: str = "error"
+    exit_code: int = 3
+    error: ReportError | None = None
+    model: dict | None = None
+    duration_seconds: float = 0.0
+
+    def summary(self) -> dict:
+        all_checks = [(n, c) for n, s in self.steps.items() for c in s.checks]
+        return {"checks_total": len(all_checks), "checks_passed": sum(bool(c.passed) for _, c in all_checks),
+                "failed_checks": [f"{n}: {c.name}" for n, c in all_checks if not c.passed]}
+
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "status": self.status,
+            "exit_code": self.exit_code, "error": self.error.to_json() if self.error else None,
+            "created_utc": self.created_utc, "duration_seconds": self.duration_seconds, "tool": self.tool,
+            "environment": dataclasses.asdict(self.environment), "config": self.config, "model": self.model,
+            "steps": {name: self.steps[name].to_json() for name in STEP_ORDER}, "summary": self.summary(),
+        }
+
+
+def finite_or_none(value):
+    """JSON has no NaN or infinity: a non-finite measurement is recorded as null (its check fails)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(v) for v in value]
+    return value
+
+
+def to_json_text(report: Report | dict) -> str:
+    """The validated, strict-JSON text of ``report`` (raises :class:`ReportSchemaError`)."""
+    data = finite_or_none(report.to_json() if isinstance(report, Report) else report)
+    validate_report(data)
+    try:
+        return json.dumps(data, indent=2, allow_nan=False, default=str)
+    except ValueError as exc:
+        raise ReportSchemaError(f"report is not strict JSON: {exc}") from None
 
 
 _TOP = {

@@ -1,18 +1,19 @@
-"""Pilot steps that need a fresh process: reload the checkpoint, time the first calls.
+"""The checkpoint step's fresh process: reload the checkpoint, time the first calls.
 
-Run as ``python -m torch_neuronx.pilot.worker REQUEST.json RESULT.json`` by the
-checkpoint step. A fresh interpreter is the honest test of both questions it
+Started by :func:`run_in_child` over :mod:`torch_neuronx.testing.child_process`.
+A fresh interpreter is the honest test of both questions it
 answers: does the saved checkpoint give the same outputs without any state of
 the process that wrote it, and how much of the compilation does the persistent
 cache save on a second run.
 """
 from __future__ import annotations
 
-import json
 import sys
 import time
 
 import torch
+
+from ..testing.child_process import ChildFailed, ChildProcess, serve
 
 
 def _first_calls(model, batches: dict, device, sync) -> dict:
@@ -29,7 +30,7 @@ def _first_calls(model, batches: dict, device, sync) -> dict:
 
 
 def run(request: dict) -> dict:
-    from . import compilation
+    from . import compiler
     from .config import DTYPES
     from .device import resolve_device, set_core_capacity
     from .model import load_checkpoint
@@ -43,17 +44,17 @@ def run(request: dict) -> dict:
     model = load_checkpoint(request["checkpoint"], DTYPES[request["dtype"]], request["attn"]).eval().to(device)
     result = {"load_seconds": time.perf_counter() - start, "modes": {}}
     for mode in request["modes"]:
-        compilation.reset_fidelity()
-        compilation.reset_dynamo()
+        compiler.reset_fidelity()
+        compiler.reset_dynamo()
         if mode == "compile":
-            with compilation.compiled_forward(model, compilation.backend_for(device)):
+            with compiler.compiled_forward(model, compiler.backend_for(device)):
                 seconds = _first_calls(model, request["batches"], device, sync)
-                dynamo = compilation.dynamo_metrics()
+                dynamo = compiler.dynamo_metrics()
         else:
             seconds = _first_calls(model, request["batches"], device, sync)
             dynamo = None
         result["modes"][mode] = {"first_call_seconds": seconds,
-                                 "fidelity": compilation.fidelity_metrics(device), "dynamo": dynamo}
+                                 "fidelity": compiler.fidelity_metrics(device), "dynamo": dynamo}
     # After the timings, so that they are first calls; eager, like the saving process's reference.
     first = min(request["batches"], key=int)
     with torch.no_grad():
@@ -62,15 +63,14 @@ def run(request: dict) -> dict:
     return result
 
 
-def main(argv: list[str]) -> int:
-    request_path, result_path = argv
-    with open(request_path) as f:
-        request = json.load(f)
-    result = run(request)
-    with open(result_path, "w") as f:
-        json.dump(result, f)
-    return 0
+def run_in_child(request: dict, timeout: float) -> dict:
+    """Answer ``request`` in a new interpreter; a failure there is one line (``RuntimeError``)."""
+    with ChildProcess("torch_neuronx.pilot.fresh_process") as child:
+        try:
+            return child.request(request, timeout)
+        except ChildFailed as exc:
+            raise RuntimeError(f"fresh process failed: {exc}") from None
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(serve(lambda request, emit: run(request)))

@@ -1,4 +1,4 @@
-"""Compilation: the graph compiler for a mode, and the metrics that explain its cost.
+"""The graph compiler for a mode, and the metrics that explain its cost.
 
 Two sources, each optional so the pilot degrades to "not available" instead
 of failing: the fidelity layer (``torch_neuronx.metrics()``: per-shape eager

@@ -1,0 +1,87 @@
+"""Where a pilot's files go: ``--out`` checked first, a run staged apart, published only when it ends.
+
+A run writes into a fresh staging directory inside ``--out``; when it ends
+(passed, failed or an error report) its files replace the previous run's in
+one pass, ``report.json`` last. An interrupted run publishes nothing: the
+previous report stays intact and the partial one is written beside it as
+``report.interrupted.json``. Only the pilot's own file names are ever touched
+in ``--out``, and nothing is ever written inside the model directory.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from .config import PilotError
+
+REPORT = "report.json"
+INTERRUPTED = "report.interrupted.json"
+# every name a run may leave in --out; report.json is published last, so it marks a complete run
+RUN_FILES = ("inputs.json", "checkpoint", "report.html", REPORT)
+STAGING_PREFIX = ".pilot-run-"
+
+
+def check_out(out: Path, model: str | None) -> None:
+    """Raise a one-line :class:`PilotError` unless ``out`` is a directory the pilot may create and write."""
+    target = Path(out).resolve()
+    if model is not None:
+        model_dir = Path(model).resolve()
+        if target == model_dir or model_dir in target.parents:
+            raise PilotError("bad_input", f"--out {out} is inside the model directory {model}: the pilot never "
+                                          "writes there; choose another --out")
+        if target in model_dir.parents:
+            raise PilotError("bad_input", f"--out {out} contains the model directory {model}: a rerun would "
+                                          "replace files beside the model; choose another --out")
+    if target.exists() and not target.is_dir():
+        raise PilotError("bad_input", f"--out {out} is an existing file, not a directory")
+    existing = target
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise PilotError("bad_input", f"--out {out} cannot be created: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PilotError("bad_input", f"--out {out} cannot be created or written: no write permission on {existing}")
+
+
+class Staging:
+    """A run's own directory inside ``out``, published into ``out`` or discarded."""
+
+    def __init__(self, out: Path):
+        self.out = Path(out)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self.dir = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=self.out))
+        except OSError as exc:
+            raise PilotError("bad_input", f"--out {out} cannot be written: {exc.strerror or exc}") from None
+
+    def publish(self) -> None:
+        """Replace the previous run's files by this run's; files this run did not produce go too."""
+        _remove(self.out / INTERRUPTED)
+        for name in RUN_FILES:
+            new, old = self.dir / name, self.out / name
+            if old.is_dir() or not new.exists():  # a file is replaced atomically below; a directory is not
+                _remove(old)
+            if new.exists():
+                os.replace(new, old)
+        self.discard()
+
+    def keep_interrupted(self, text: str) -> Path:
+        """The partial report beside the previous one; this run's other files are discarded."""
+        path = self.out / INTERRUPTED
+        tmp = self.out / (INTERRUPTED + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+        self.discard()
+        return path
+
+    def discard(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()

@@ -1,0 +1,128 @@
+"""Step "Compilation": the cold first call of every shape, then a warm one that must compile nothing."""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from .. import compiler, perf
+from ..report import plots
+from ..report.markup import e, img, num, table
+from ..report.schema import Check
+
+TITLE = "Compilation"
+
+
+@dataclasses.dataclass
+class CompilationResult:
+    # mode -> {available, reason?, backend, shapes: {seq_len: {cold, warm}}, fidelity, dynamo}
+    modes: dict[str, dict] = dataclasses.field(default_factory=dict)
+    fresh_process: dict | None = None  # mode -> first-call seconds etc. in a new interpreter
+
+    def to_data(self) -> dict:
+        data = {"modes": dict(self.modes)}
+        if self.fresh_process is not None:
+            data["fresh_process"] = self.fresh_process
+        return data
+
+
+def mark_unavailable(result: CompilationResult, mode: str, reason: str) -> None:
+    result.modes[mode] = {"available": False, "reason": reason}
+
+
+def run(result: CompilationResult, mode: str, dev_model, device: torch.device, batches: dict,
+        advance) -> list[Check]:
+    """Cold first call per shape (compiles), then a warm call (must not compile again)."""
+    data = result.modes.setdefault(mode, {"available": True})
+    data["backend"] = compiler.backend_for(device) if mode == "compile" else None
+    sync = perf.synchronizer(device)
+    shapes, checks = {}, []
+    data["shapes"] = shapes
+    compiler.reset_dynamo()
+    for length, rows in sorted(batches.items()):
+        ids = torch.tensor(rows, device=device)
+        entry = {}
+        for phase in ("cold", "warm"):
+            compiler.reset_fidelity()
+            graphs_before = compiler.dynamo_metrics()["dynamo_unique_graphs"]
+            sync()
+            start = time.perf_counter()
+            with torch.no_grad():
+                dev_model(input_ids=ids, use_cache=False)
+            sync()
+            fid = compiler.fidelity_metrics(device)
+            entry[phase] = {
+                "seconds": time.perf_counter() - start,
+                "new_graphs": compiler.dynamo_metrics()["dynamo_unique_graphs"] - graphs_before,
+                "kernel_compilations": fid["kernels"]["misses"] if fid["available"] else None,
+                "kernel_signatures": fid["kernels"]["unique_signatures"] if fid["available"] else None,
+                "kernel_disk_hits": fid["kernels"]["disk_hits"] if fid["available"] else None,
+                "estimated_compile_seconds": fid.get("estimated_compile_seconds"),
+            }
+            advance()
+        shapes[str(length)] = entry
+        warm = entry["warm"]
+        stable = warm["new_graphs"] == 0 if mode == "compile" else warm["kernel_compilations"] in (0, None)
+        what = "graphs" if mode == "compile" else "kernel compilations"
+        checks.append(Check(f"{mode}: repeat call seq={length} compiles nothing new", stable,
+                            warm["new_graphs"] if mode == "compile" else warm["kernel_compilations"], 0,
+                            f"new {what} on the second call of the same shape"))
+    data["fidelity"] = compiler.fidelity_metrics(device)
+    data["dynamo"] = compiler.dynamo_metrics() if mode == "compile" else None
+    return checks
+
+
+def summary(r: CompilationResult) -> str:
+    parts = []
+    for mode, entry in r.modes.items():
+        shapes = entry.get("shapes", {})
+        if not shapes:
+            continue
+        cold = sum(s["cold"]["seconds"] for s in shapes.values())
+        warm = sum(s["warm"]["seconds"] for s in shapes.values())
+        fresh = (r.fresh_process or {}).get(mode, {}).get("first_call_seconds", {})
+        part = f"{mode}: cold {cold:.2f}s vs steady {warm:.3f}s over {len(shapes)} shapes"
+        if fresh:
+            part += f", fresh process first calls {sum(fresh.values()):.2f}s"
+        parts.append(part)
+    parts += [f"{mode}: not available" for mode, entry in r.modes.items() if not entry.get("available", True)]
+    return "; ".join(parts)
+
+
+def html(data: dict) -> str:
+    out = []
+    for mode, entry in data.get("modes", {}).items():
+        if not entry.get("available", True):
+            out.append(f"<p><b>{e(mode)}</b>: not available — {e(entry.get('reason'))}</p>")
+            continue
+        fresh = data.get("fresh_process", {}).get(mode, {}).get("first_call_seconds", {})
+        rows = [[e(length), num(s["cold"]["seconds"], "{:.3f}"), num(s["warm"]["seconds"], "{:.4f}"),
+                 num(fresh.get(length), "{:.3f}"), num(s["cold"]["kernel_compilations"]),
+                 num(s["cold"]["kernel_disk_hits"]), num(s["cold"]["estimated_compile_seconds"], "{:.1f}"),
+                 num(s["cold"]["new_graphs"])]
+                for length, s in entry.get("shapes", {}).items()]
+        out.append(f"<h3>{e(mode)}" + (f" (backend {e(entry['backend'])})" if entry.get("backend") else "") + "</h3>")
+        out.append(table(["seq len", "cold first call s", "steady call s", "fresh process first call s",
+                          "kernel compilations (eager)", "NEFF cache disk hits", "estimated neuronx-cc s",
+                          "new graphs (compile)"], rows))
+        dyn = (entry.get("dynamo") or {}).get("neuron_backend") or {}
+        if dyn.get("available"):
+            out.append(table(["graphs", "recompilations", "graph breaks", "compile s", "execution s",
+                              "cache hits", "cache misses"],
+                             [[num(dyn.get(k)) for k in ("graphs_compiled", "recompilations", "graph_breaks",
+                                                         "compile_seconds", "execution_seconds", "cache_hits",
+                                                         "cache_misses")]]))
+            for r in dyn.get("recompile_reasons", []):
+                out.append(f"<p class='muted'>recompile {e(r['compile_id'])}: {e(r['reason'])}</p>")
+            for b in dyn.get("graph_break_reasons", []):
+                out.append(f"<p class='muted'>graph break {e(b['compile_id'])}: {e(b['reason'])}</p>")
+        fid = entry.get("fidelity") or {}
+        if fid.get("available") is False:
+            out.append(f"<p class='muted'>per-shape compilation accounting: not available — {e(fid.get('reason'))}</p>")
+    out.append("<p class='muted'>On the emulator a first call costs little more than a steady one, because "
+               "kernels are not really compiled; the projected Trainium compile time is the estimate column "
+               "(fidelity layer: misses × an assumed per-kernel neuronx-cc time). In compile mode the graph "
+               "compiler really runs, so its cold calls are real compile time.</p>")
+    out.append(img(plots.compile_vs_run(data.get("modes", {})), "compile vs run time"))
+    return "".join(out)

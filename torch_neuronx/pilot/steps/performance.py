@@ -1,0 +1,68 @@
+"""Step "Performance": latency percentiles, throughput and peak memory, measured on any device."""
+from __future__ import annotations
+
+import dataclasses
+
+from .. import perf
+from ..report import plots
+from ..report.markup import e, img, num, table
+
+TITLE = "Performance"
+
+
+@dataclasses.dataclass
+class PerformanceResult:
+    generation: dict[str, dict] = dataclasses.field(default_factory=dict)  # mode -> perf.measure_generation()
+    inference_memory: dict | None = None
+    train_samples_per_second: float | None = None
+    training_memory: dict | None = None
+
+    def to_data(self) -> dict:
+        data = {"generation": dict(self.generation)} if self.generation else {}
+        data.update({k: v for k, v in dataclasses.asdict(self).items() if k != "generation" and v is not None})
+        return data
+
+
+def run(result: PerformanceResult, mode: str, dev_model, batches: dict, gen_tokens: int, iters: int, device,
+        advance) -> None:
+    result.generation[mode] = perf.measure_generation(dev_model, batches, gen_tokens, iters, device, advance)
+
+
+def status(r: PerformanceResult) -> str | None:
+    return None if r.generation else "not_available"
+
+
+def summary(r: PerformanceResult) -> str:
+    parts = [f"{m}: TTFT p50 {g['ttft_seconds']['p50'] * 1e3:.1f} ms"
+             + (f", per token p50 {g['per_token_seconds']['p50'] * 1e3:.1f} ms"
+                if g["per_token_seconds"]["p50"] is not None else "")
+             for m, g in r.generation.items()]
+    return "; ".join(parts) or "no mode ran"
+
+
+def html(data: dict) -> str:
+    out = []
+    rows = []
+    for mode, g in data.get("generation", {}).items():
+        for length, s in g["shapes"].items():
+            t, p = s["ttft_seconds"], s["per_token_seconds"]
+            rows.append([e(mode), e(length), e(s["batch_size"])]
+                        + [num(t[k], "{:.2f}", 1e3) for k in ("p50", "p95", "p99")]
+                        + [num(p[k], "{:.2f}", 1e3) for k in ("p50", "p95", "p99")]
+                        + [num(s["prefill_tokens_per_second"], "{:.0f}"), num(s["decode_tokens_per_second"], "{:.0f}"),
+                           num(s["cold_ttft_seconds"], "{:.3f}")])
+    if rows:
+        out.append(table(["mode", "seq len", "batch", "TTFT p50 ms", "p95", "p99", "per-token p50 ms", "p95", "p99",
+                          "prefill tok/s", "decode tok/s", "cold TTFT s"], rows))
+    mem_rows = []
+    for key, label in (("inference_memory", "inference"), ("training_memory", "fine-tune")):
+        m = data.get(key)
+        if m:
+            mem_rows.append([label, e(m["scope"]), num(m["peak_bytes"], "{:.1f}", 2**-20),
+                             num(m["capacity_bytes"], "{:.1f}", 2**-30), num(m["peak_fraction"], "{:.4%}")])
+    if mem_rows:
+        out.append(table(["phase", "scope", "peak MiB", "capacity GiB", "peak / capacity"], mem_rows))
+    if data.get("train_samples_per_second") is not None:
+        out.append(f"<p>Training throughput: {data['train_samples_per_second']:.2f} samples/s.</p>")
+    out.append(img(plots.latency(data.get("generation", {})), "latency distribution"))
+    return "".join(out)

@@ -1,0 +1,7 @@
+"""Tools-layer helpers shared by the pilot, the coverage sweep, the tests, examples and benchmarks.
+
+:mod:`.tiny_models` builds tiny Transformers models offline from config
+classes; :mod:`.child_process` runs work in a child Python process over one
+small JSON-lines protocol; :mod:`.errors` turns an exception into one line.
+Nothing in the core packages imports this package.
+"""
