@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from torch_neuronx.runtime.config import ConfigError
+    from torch_neuronx.runtime.errors import ConfigError
 
     parser = build_parser()
     args = parser.parse_args(argv)

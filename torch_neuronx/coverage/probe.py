@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from ..testing.errors import first_line
+from ..runtime.errors import first_line
 from ..testing.tiny_models import tiny_causal_lm
 
 CHECKS = ("forward", "backward", "generate_dynamic", "generate_static", "save_load")

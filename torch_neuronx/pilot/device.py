@@ -35,21 +35,16 @@ def set_core_capacity(gib: float) -> None:
     """Emulate NeuronCores with ``gib`` GiB of HBM each (a what-if for smaller cores)."""
     import torch_neuronx
 
-    torch_neuronx._C._configure_devices(torch.neuron.device_count(), int(gib * GiB))
+    torch_neuronx.reconfigure(hbm_per_core=int(gib * GiB))
 
 
 def use_instance(name: str) -> None:
     """Switch this process to instance profile ``name`` before any device memory is used.
 
-    The profile sets the number of cores and the HBM per core; ``TORCHNEURON_INSTANCE``
-    is exported too so that the pilot's fresh processes see the same instance.
+    ``torch_neuronx.reconfigure`` sets the cores, HBM per core and the kernel
+    signatures' target, and exports ``TORCHNEURON_INSTANCE`` so that the
+    pilot's fresh processes see the same instance.
     """
-    import os
-
     import torch_neuronx
-    from torch_neuronx.runtime.profiles import get_profile, resolve_topology
 
-    topology = resolve_topology(get_profile(name))
-    torch_neuronx._C._configure_devices(topology.device_count, topology.hbm_per_core)
-    torch.neuron._set_topology(topology)
-    os.environ["TORCHNEURON_INSTANCE"] = name
+    torch_neuronx.reconfigure(instance=name)

@@ -11,7 +11,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..testing.errors import first_line
+from ..runtime.errors import first_line
 from ..testing.tiny_models import byte_tokenizer
 from .config import PilotError
 

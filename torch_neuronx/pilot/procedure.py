@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from ..runtime.config import ConfigError
-from ..testing.errors import first_line
+from ..runtime.errors import ConfigError
+from ..runtime.errors import first_line
 from . import compiler, perf
 from .config import PilotConfig, PilotError
 from .device import is_emulated, resolve_device, set_core_capacity, use_instance
