@@ -217,7 +217,7 @@ def test_a_complete_rerun_replaces_every_file_of_the_previous_run(tmp_path, monk
 # ---------------------------------------------------------------- configuration errors are one line
 def test_a_configuration_error_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
     from torch_neuronx.cli import info
-    from torch_neuronx.runtime.config import ConfigError
+    from torch_neuronx.runtime.errors import ConfigError
 
     def bad_environment(*args, **kwargs):
         raise ConfigError("TORCHNEURON_64BIT='maybe' is not a boolean; use 1/0, true/false, yes/no or on/off")

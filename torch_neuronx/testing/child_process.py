@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import first_line
+from ..runtime.errors import first_line
 
 MARKER = "@@torchneuron-child@@ "
 
