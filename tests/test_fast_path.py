@@ -1,5 +1,5 @@
-"""The unboxed fast path (csrc/NeuronFastPath.cpp) and the fused-SDPA choice
-(csrc/NeuronAttention.cpp), against the same computation on CPU."""
+"""The unboxed fast path (csrc/aten/FastPath.cpp) and the fused-SDPA choice
+(csrc/aten/native/Attention.cpp), against the same computation on CPU."""
 import os
 import subprocess
 import sys

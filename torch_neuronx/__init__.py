@@ -55,8 +55,6 @@ def _register() -> None:
     from . import fidelity
 
     fidelity.install(topology)
-    # Last: every Python-side kernel above must already be registered.
-    _C._route_structured_ops_to_fallback()
 
 
 _register()

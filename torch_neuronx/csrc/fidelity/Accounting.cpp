@@ -1,27 +1,16 @@
-// Fidelity hooks on the eager hot path: per-signature kernel accounting
-// (what Trainium would compile) and 64-bit value narrowing.
+// Per-signature kernel accounting: what Trainium would compile.
 //
 // On Trainium each distinct (op, shapes, dtypes, non-tensor args, compiler
 // flags) is compiled once into a NEFF and cached. Here every kernel the
 // fallback runs is hashed into such a signature; the first time a signature
 // is seen in this process, a Python callback consults the persistent cache
 // (fidelity/neff_cache.py). Repeats only bump a counter.
-//
-// Also here: the device's memory-format rule (contiguous layouts only) on the
-// ops through which users request a layout.
-#include "NeuronRuntime.h"
+#include "fidelity/Accounting.h"
 
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/ops/_to_copy_native.h>
-#include <ATen/ops/clone_native.h>
-#include <ATen/ops/empty_like_native.h>
-#include <pybind11/pybind11.h>
-#include <torch/library.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <array>
 #include <atomic>
-#include <cmath>
 #include <cstring>
 #include <mutex>
 #include <sstream>
@@ -44,7 +33,6 @@ struct OpCounts {
 };
 
 std::atomic<bool> g_enabled{false};
-std::atomic<int> g_narrowing{0};
 std::atomic<uint64_t> g_salt{0};
 std::mutex g_mutex;
 std::unordered_set<uint64_t> g_seen;
@@ -256,175 +244,52 @@ void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stac
   account_signature(op, args_hash, [&] { return describe_signature(op, args); });
 }
 
-// Formatting a tensor for print() computes float64 temporaries on the device;
-// narrowing them would warn about values the user never had. Python suspends
-// narrowing on the printing thread only (fidelity/value_semantics.py).
-thread_local int t_narrowing_suspended = 0;
-
-int narrowing_mode() {
-  return t_narrowing_suspended > 0 ? 0 : g_narrowing.load(std::memory_order_relaxed);
+void set_accounting(bool enabled, uint64_t salt) {
+  g_salt = salt;
+  g_generation.fetch_add(1);
+  g_enabled = enabled;
 }
 
-namespace {
-
-// Whether any value of a contiguous int64/float64 tensor changes when kept
-// in 32 bits (NaN stays NaN, infinities stay infinite).
-bool changes_in_32_bits(const at::Tensor& t) {
-  const int64_t n = t.numel();
-  if (t.scalar_type() == at::kLong) {
-    const int64_t* values = t.const_data_ptr<int64_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      if (values[i] != static_cast<int32_t>(values[i])) {
-        return true;
-      }
-    }
-    return false;
-  }
-  const double* values = t.const_data_ptr<double>();
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = values[i];
-    if (static_cast<double>(static_cast<float>(v)) != v && !std::isnan(v)) {
-      return true;
-    }
-  }
-  return false;
-}
-
-} // namespace
-
-void narrow_64bit_inplace(const at::Tensor& t) {
-  const auto dtype = t.scalar_type();
-  if ((dtype != at::kLong && dtype != at::kDouble) || t.numel() == 0) {
+void set_signature_callback(py::object fn) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (fn.is_none()) {
+    g_callback = nullptr; // the previous object is leaked, see above
     return;
   }
-  // Scanned directly (a strided view is made dense first): reductions and
-  // item() calls would cost more than most kernels whose results land here.
-  if (!changes_in_32_bits(t.is_contiguous() ? t : t.contiguous())) {
-    return;
+  if (g_callback == nullptr) {
+    g_callback = new py::object();
   }
-  TORCH_CHECK(
-      narrowing_mode() != 2,
-      "neuron: a ", c10::toString(dtype), " value does not fit in ",
-      dtype == at::kLong ? "int32" : "float32",
-      ", which is how Trainium stores it (TORCHNEURON_64BIT=strict). Keep "
-      "values in range, or cast explicitly before moving to the device.");
-  TORCH_WARN_ONCE(
-      "neuron: Trainium has no 64-bit device dtypes; int64 values are kept as "
-      "int32 (wrapping) and float64 as float32, and at least one value changed. "
-      "Set TORCHNEURON_64BIT=strict to raise, or =off to keep 64-bit values.");
-  // int64 wraps modulo 2**32, as int32 storage does.
-  t.copy_(t.to(dtype == at::kLong ? at::kInt : at::kFloat));
+  *g_callback = std::move(fn);
 }
 
-namespace {
-
-// The real device supports only contiguous_format and preserve_format. The
-// check sits on the user-facing ops (.contiguous(memory_format=),
-// .to(memory_format=), empty_like) rather than in `empty`, which PyTorch's
-// own kernels call with whatever layout they suggest for their outputs.
-void check_memory_format(std::optional<c10::MemoryFormat> format) {
-  const auto f = format.value_or(c10::MemoryFormat::Preserve);
-  TORCH_CHECK(
-      f == c10::MemoryFormat::Contiguous || f == c10::MemoryFormat::Preserve,
-      "neuron tensors support only torch.contiguous_format (and "
-      "torch.preserve_format); got memory format ", f,
-      ". Trainium kernels are compiled for contiguous layouts: keep the "
-      "default layout instead of requesting ", f, ".");
-}
-
-at::Tensor clone(const at::Tensor& self, std::optional<c10::MemoryFormat> format) {
-  check_memory_format(format);
-  return at::native::clone(self, format);
-}
-
-at::Tensor to_copy(
-    const at::Tensor& self,
-    std::optional<c10::ScalarType> dtype,
-    std::optional<c10::Layout> layout,
-    std::optional<c10::Device> device,
-    std::optional<bool> pin_memory,
-    bool non_blocking,
-    std::optional<c10::MemoryFormat> format) {
-  check_memory_format(format);
-  return at::native::_to_copy(self, dtype, layout, device, pin_memory, non_blocking, format);
-}
-
-at::Tensor empty_like(
-    const at::Tensor& self,
-    std::optional<c10::ScalarType> dtype,
-    std::optional<c10::Layout> layout,
-    std::optional<c10::Device> device,
-    std::optional<bool> pin_memory,
-    std::optional<c10::MemoryFormat> format) {
-  check_memory_format(format);
-  return at::native::empty_like(self, dtype, layout, device, pin_memory, format);
-}
-
-} // namespace
-
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("clone", clone);
-  m.impl("_to_copy", to_copy);
-  m.impl("empty_like", empty_like);
-}
-
-void register_fidelity_bindings(py::module& m) {
-  m.def("_set_accounting", [](bool enabled, uint64_t salt) {
-    g_salt = salt;
-    g_generation.fetch_add(1);
-    g_enabled = enabled;
-  });
-  m.def("_set_signature_callback", [](py::object fn) {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    if (fn.is_none()) {
-      g_callback = nullptr; // the previous object is leaked, see above
-      return;
+AccountingStats accounting_stats() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  AccountingStats stats{g_calls.load(), g_repeats.load(), g_seen.size(), {}};
+  for (const auto& [key, counts] : g_ops) {
+    const uint64_t calls = counts.calls.load(std::memory_order_relaxed);
+    if (calls > 0) {
+      stats.ops.push_back({counts.name, calls, counts.signatures});
     }
-    if (g_callback == nullptr) {
-      g_callback = new py::object();
-    }
-    *g_callback = std::move(fn);
-  });
-  m.def("_accounting_stats", []() {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    py::dict ops;
-    for (const auto& [key, counts] : g_ops) {
-      const uint64_t calls = counts.calls.load(std::memory_order_relaxed);
-      if (calls > 0) {
-        ops[py::str(counts.name)] = py::make_tuple(calls, counts.signatures);
-      }
-    }
-    py::dict out;
-    out["calls"] = g_calls.load();
-    out["repeats"] = g_repeats.load();
-    out["signatures"] = g_seen.size();
-    out["ops"] = ops;
-    return out;
-  });
-  m.def("_reset_accounting", []() {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    g_seen.clear();
-    for (auto& [key, counts] : g_ops) {
-      counts.calls = 0;
-      counts.signatures = 0;
-    }
-    g_calls = 0;
-    g_repeats = 0;
-    g_generation.fetch_add(1);
-  });
-  // Forget which signatures were seen (counters stay): each one reaches the
-  // callback again, which is how op tracking is re-armed after a clear.
-  m.def("_forget_signatures", []() {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    g_seen.clear();
-    g_generation.fetch_add(1);
-  });
-  m.def("_set_narrowing_mode", [](int mode) {
-    TORCH_CHECK(mode >= 0 && mode <= 2, "narrowing mode must be 0, 1 or 2");
-    g_narrowing = mode;
-  });
-  m.def("_narrowing_mode", []() { return g_narrowing.load(); });
-  m.def("_suspend_narrowing", [](bool suspend) { t_narrowing_suspended += suspend ? 1 : -1; });
+  }
+  return stats;
+}
+
+void reset_accounting() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_seen.clear();
+  for (auto& [key, counts] : g_ops) {
+    counts.calls = 0;
+    counts.signatures = 0;
+  }
+  g_calls = 0;
+  g_repeats = 0;
+  g_generation.fetch_add(1);
+}
+
+void forget_signatures() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_seen.clear();
+  g_generation.fetch_add(1);
 }
 
 } // namespace torch_neuronx

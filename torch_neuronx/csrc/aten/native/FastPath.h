@@ -1,8 +1,8 @@
-// The unboxed fast path: the hottest ops without boxing.
+// The unboxed fast-path kernel, generated per op from its C++ signature.
 //
 // The boxed fallback pays for its generality on every call: the dispatcher
 // copies each argument into an IValue stack (for a tensor Python owns, that
-// copy takes the GIL, see NeuronCall.h), the schema is walked argument by
+// copy takes the GIL, see Call.h), the schema is walked argument by
 // argument and the CPU kernel is reached by a boxed redispatch. For the ops
 // that dominate eager training and generation (pointwise math, reductions,
 // matmuls, softmax, cat, ...) this file registers unboxed kernels instead,
@@ -10,12 +10,15 @@
 // arguments are aliased without copying the caller's tensors, the CPU kernel
 // is called unboxed, and written arguments and results go through the same
 // CallState as in the fallback, so behaviour is identical. Random ops and
-// out= variants stay on the fallback.
-#include "NeuronCall.h"
+// out= variants stay on the fallback. The list of ops is the route table
+// aten/FastPath.cpp.
+#pragma once
+#include "aten/native/Call.h"
+#include "fidelity/Accounting.h"
+#include "runtime/HostPool.h"
 
 #include <ATen/Operators.h>
 #include <ATen/core/boxing/impl/boxing.h>
-#include <torch/library.h>
 
 #include <array>
 #include <cstring>
@@ -23,18 +26,17 @@
 #include <type_traits>
 #include <vector>
 
-namespace torch_neuronx {
-namespace {
+namespace torch_neuronx::native {
 
 const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
 
 // ---- signature hashing, argument by argument (see account_signature) -------
 
-void mix_arg(uint64_t& h, const at::Tensor& t) {
+inline void mix_arg(uint64_t& h, const at::Tensor& t) {
   mix_signature_tensor(h, t);
 }
 
-void mix_arg(uint64_t& h, const std::optional<at::Tensor>& t) {
+inline void mix_arg(uint64_t& h, const std::optional<at::Tensor>& t) {
   if (t.has_value()) {
     mix_signature_tensor(h, *t); // boxing would copy the tensor
   } else {
@@ -42,25 +44,25 @@ void mix_arg(uint64_t& h, const std::optional<at::Tensor>& t) {
   }
 }
 
-void mix_arg(uint64_t& h, at::TensorList list) {
+inline void mix_arg(uint64_t& h, at::TensorList list) {
   for (const auto& t : list) {
     mix_signature_tensor(h, t);
   }
 }
 
-void mix_arg(uint64_t& h, const at::ITensorListRef& list) {
+inline void mix_arg(uint64_t& h, const at::ITensorListRef& list) {
   for (const auto& t : list) {
     mix_signature_tensor(h, t);
   }
 }
 
-void mix_arg(uint64_t& h, at::IntArrayRef values) {
+inline void mix_arg(uint64_t& h, at::IntArrayRef values) {
   for (auto v : values) {
     mix_signature_int(h, v);
   }
 }
 
-void mix_arg(uint64_t& h, at::OptionalIntArrayRef values) {
+inline void mix_arg(uint64_t& h, at::OptionalIntArrayRef values) {
   if (values.has_value()) {
     mix_arg(h, *values);
   } else {
@@ -69,7 +71,7 @@ void mix_arg(uint64_t& h, at::OptionalIntArrayRef values) {
 }
 
 template <class T>
-void mix_arg(uint64_t& h, const T& value) {
+inline void mix_arg(uint64_t& h, const T& value) {
   mix_signature_value(h, c10::IValue(value));
 }
 
@@ -269,99 +271,4 @@ struct FastKernel<Op, Ret(Args...)> {
   }
 };
 
-// Names of the ops registered here, for tests and docs.
-std::vector<std::string>& registered() {
-  static std::vector<std::string> names;
-  return names;
-}
-
-template <class Op>
-void register_fast(torch::Library& m) {
-  std::string name = Op::name;
-  if (std::strlen(Op::overload_name) > 0) {
-    name = name + "." + Op::overload_name;
-  }
-  m.impl(name.substr(std::strlen("aten::")).c_str(), TORCH_FN(FastKernel<Op>::call));
-  registered().push_back(std::move(name));
-}
-
-} // namespace
-
-std::vector<std::string> fast_path_ops() {
-  return registered();
-}
-
-// Chosen from the kernels of a tiny Llama's training step and of greedy
-// generation (torch_neuronx.metrics()["kernels"]["per_op"]), plus their
-// common siblings. Each one has a CPU kernel and no random draws.
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  // pointwise
-  register_fast<at::_ops::add_Tensor>(m);
-  register_fast<at::_ops::add__Tensor>(m);
-  register_fast<at::_ops::sub_Tensor>(m);
-  register_fast<at::_ops::sub__Tensor>(m);
-  register_fast<at::_ops::mul_Tensor>(m);
-  register_fast<at::_ops::mul__Tensor>(m);
-  register_fast<at::_ops::div_Tensor>(m);
-  register_fast<at::_ops::div__Tensor>(m);
-  register_fast<at::_ops::pow_Tensor_Scalar>(m);
-  register_fast<at::_ops::neg>(m);
-  register_fast<at::_ops::rsqrt>(m);
-  register_fast<at::_ops::sqrt>(m);
-  register_fast<at::_ops::exp>(m);
-  register_fast<at::_ops::log>(m);
-  register_fast<at::_ops::sin>(m);
-  register_fast<at::_ops::cos>(m);
-  register_fast<at::_ops::tanh>(m);
-  register_fast<at::_ops::sigmoid>(m);
-  register_fast<at::_ops::silu>(m);
-  register_fast<at::_ops::silu_backward>(m);
-  register_fast<at::_ops::relu>(m);
-  register_fast<at::_ops::gelu>(m);
-  register_fast<at::_ops::gelu_backward>(m);
-  register_fast<at::_ops::where_self>(m);
-  register_fast<at::_ops::masked_fill__Scalar>(m);
-  register_fast<at::_ops::fill__Scalar>(m);
-  register_fast<at::_ops::zero_>(m);
-  register_fast<at::_ops::lerp__Scalar>(m);
-  register_fast<at::_ops::addcmul_>(m);
-  register_fast<at::_ops::addcdiv_>(m);
-  register_fast<at::_ops::eq_Scalar>(m);
-  register_fast<at::_ops::eq_Tensor>(m);
-  register_fast<at::_ops::ne_Scalar>(m);
-  register_fast<at::_ops::ne_Tensor>(m);
-  register_fast<at::_ops::lt_Scalar>(m);
-  register_fast<at::_ops::gt_Scalar>(m);
-  register_fast<at::_ops::bitwise_and_Tensor>(m);
-  register_fast<at::_ops::bitwise_or_Tensor>(m);
-  register_fast<at::_ops::bitwise_not>(m);
-  register_fast<at::_ops::isneginf>(m);
-  register_fast<at::_ops::tril>(m);
-  register_fast<at::_ops::triu>(m);
-  // reductions
-  register_fast<at::_ops::sum>(m);
-  register_fast<at::_ops::sum_dim_IntList>(m);
-  register_fast<at::_ops::mean_dim>(m);
-  register_fast<at::_ops::argmax>(m);
-  register_fast<at::_ops::max>(m);
-  register_fast<at::_ops::all_dim>(m);
-  register_fast<at::_ops::any_dim>(m);
-  register_fast<at::_ops::isin_Tensor_Tensor>(m);
-  // matmuls
-  register_fast<at::_ops::mm>(m);
-  register_fast<at::_ops::bmm>(m);
-  register_fast<at::_ops::addmm>(m);
-  register_fast<at::_ops::baddbmm>(m);
-  // softmax, loss, embedding, concatenation
-  register_fast<at::_ops::_softmax>(m);
-  register_fast<at::_ops::_softmax_backward_data>(m);
-  register_fast<at::_ops::_log_softmax>(m);
-  register_fast<at::_ops::_log_softmax_backward_data>(m);
-  register_fast<at::_ops::nll_loss_forward>(m);
-  register_fast<at::_ops::nll_loss_backward>(m);
-  register_fast<at::_ops::index_select>(m);
-  register_fast<at::_ops::embedding_dense_backward>(m);
-  register_fast<at::_ops::cat>(m);
-}
-
-} // namespace torch_neuronx
+} // namespace torch_neuronx::native

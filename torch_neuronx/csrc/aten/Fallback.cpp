@@ -1,0 +1,76 @@
+// Route table: ops that run the boxed fallback (native/Fallback.cpp).
+//
+//   * every op without a neuron kernel (the catch-all below);
+//   * ops PyTorch would decompose, sent to the CPU kernel for bit-exact
+//     results (kBitExactOps);
+//   * structured ops, routed past PyTorch's out= wrapper
+//     (route_structured_ops_to_fallback, run once at module init).
+#include "aten/Routes.h"
+#include "aten/native/Fallback.h"
+
+#include <torch/library.h>
+
+namespace torch_neuronx {
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&native::neuron_fallback>());
+}
+
+// These ops have a CPU kernel and also a device-generic decomposition
+// (CompositeExplicitAutograd), which PyTorch would pick for neuron. Sending
+// them to the fallback runs the CPU kernel instead, so results match CPU bit
+// for bit (layer_norm/group_norm in bfloat16 differ noticeably otherwise).
+const std::vector<std::string>& bit_exact_ops() {
+  static const std::vector<std::string> names = {
+      "native_layer_norm", "native_group_norm", "addr", "addr.out", "_stack",
+      "_stack.out", "all.dims", "all.dims_out", "any.dims", "any.dims_out",
+      "linalg__powsum"};
+  return names;
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const auto& name : bit_exact_ops()) {
+    m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&native::neuron_fallback>());
+  }
+}
+
+// Structured ops (add, mul, ...) reach a device without its own kernel through
+// PyTorch's CompositeExplicitAutogradNonFunctional wrapper: it allocates the
+// result on the device, then runs the `out=` kernel, so the fallback pays for
+// an extra allocation, an extra alias and an out= sync. Routing such ops
+// straight to the fallback runs CPU's functional/in-place kernel instead, whose
+// result is adopted. Ops that already have a neuron kernel keep it, so this
+// must run after every static registration of this library: Module.cpp calls
+// it when the extension module initialises (static initialisers of a shared
+// library all run before that), never from Python.
+int64_t route_structured_ops_to_fallback() {
+  static int64_t routed = -1;
+  if (routed >= 0) {
+    return routed;
+  }
+  static auto* library = new torch::Library(
+      torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  routed = 0;
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) {
+      continue;
+    }
+    auto op = dispatcher.findOp(name);
+    if (!op ||
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+      continue;
+    }
+    const std::string qualified = name.overload_name.empty()
+        ? name.name
+        : name.name + "." + name.overload_name;
+    library->impl(qualified.c_str(),
+                  torch::CppFunction::makeFromBoxedFunction<&native::neuron_fallback>());
+    ++routed;
+  }
+  return routed;
+}
+
+} // namespace torch_neuronx
