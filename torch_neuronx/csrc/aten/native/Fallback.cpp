@@ -18,24 +18,12 @@
 #include "aten/native/Call.h"
 #include "aten/native/GeneratorLease.h"
 #include "fidelity/Accounting.h"
-#include "runtime/Generators.h"
 #include "runtime/HostPool.h"
 
 #include <c10/util/SmallVector.h>
 
 namespace torch_neuronx::native {
 namespace {
-
-bool is_generator_arg(const c10::Argument& arg) {
-  const auto& type = arg.type();
-  if (type->kind() == c10::TypeKind::GeneratorType) {
-    return true;
-  }
-  if (auto opt = type->cast<c10::OptionalType>()) {
-    return opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
-  }
-  return false;
-}
 
 // The arguments of one call on the stack, and what aliasing them found.
 struct FallbackCall {
@@ -49,8 +37,8 @@ struct FallbackCall {
   // The caller's neuron tensors, taken out of the stack (moved, not copied)
   // and kept alive until the results are mapped back.
   c10::SmallVector<at::Tensor, 4> originals;
-  at::Generator neuron_generator;      // an explicit neuron generator argument
-  std::optional<size_t> generator_pos; // the generator argument's slot
+  at::Generator neuron_generator;      // an explicit neuron generator argument ...
+  std::optional<size_t> generator_pos; // ... and its slot
 };
 
 // Replace neuron tensors (also inside lists) by CPU aliases and neuron
@@ -105,43 +93,16 @@ void alias_arguments(FallbackCall& call) {
         call.neuron_generator = gen;
         call.generator_pos = call.begin + i;
       }
-    } else if (value.isNone() && is_generator_arg(arg)) {
-      call.generator_pos = call.begin + i;
     }
   }
 }
 
-// Attention kernels are tagged random for their dropout; with dropout_p == 0
-// (inference, most fine-tuning) they draw nothing, and borrowing the
-// generator (four copies of a Mersenne Twister state) would cost more than a
-// small attention call.
-bool dropout_disabled(const FallbackCall& call) {
-  const auto& arguments = call.op.schema().arguments();
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    if (arguments[i].name() == "dropout_p") {
-      const auto& value = call.stack[call.begin + i];
-      return value.isDouble() && value.toDouble() == 0.0;
-    }
-  }
-  return false;
-}
-
-// Random ops draw from the core's own generator, as CUDA ops do: an op with
-// a generator argument gets it lent as a CPU generator; a random op without
-// one (it draws from the CPU default generator inside its kernel) runs with
-// that generator borrowed.
+// Random ops draw from the CPU default generator, as on the real product:
+// an op without a generator argument (or with None) runs unchanged; an
+// explicit neuron generator is lent to the CPU kernel.
 void lease_generator(FallbackCall& call, GeneratorLease& lease) {
-  const auto device = call.state.device();
-  if (call.generator_pos) {
-    if (!call.neuron_generator.defined() && device) {
-      call.neuron_generator = default_generator(*device);
-    }
-    if (call.neuron_generator.defined()) {
-      call.stack[*call.generator_pos] = c10::IValue(lease.lend(call.neuron_generator));
-    }
-  } else if (device && call.op.hasTag(at::Tag::nondeterministic_seeded) &&
-             !dropout_disabled(call)) {
-    lease.borrow_default_cpu(default_generator(*device));
+  if (call.neuron_generator.defined()) {
+    call.stack[*call.generator_pos] = c10::IValue(lease.lend(call.neuron_generator));
   }
 }
 

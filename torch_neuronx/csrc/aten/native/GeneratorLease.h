@@ -1,18 +1,15 @@
-// The generator a random op draws from on neuron, held for one call.
+// An explicit neuron generator, lent to a CPU kernel for one call.
 //
-// CPU kernels accept only CPU generators, and neuron generators are CPU
-// (mt19937) generators tagged with the device (runtime/Generators.h). For
-// one call the lease locks a neuron generator and lends its state to a CPU
-// generator the kernel can use, then takes the advanced state back:
-//   * lend():   an op with a generator argument gets a per-thread scratch CPU
-//               generator holding the neuron generator's state;
-//   * borrow_default_cpu(): an op that draws from the CPU default generator
-//               inside its kernel (native_dropout, flash attention's
-//               dropout) runs with that generator holding the core's state,
-//               so dropout follows torch.neuron.manual_seed and leaves the
-//               CPU stream alone.
-// Used by the boxed fallback; any unboxed kernel of a random op would take
-// the same lease.
+// Random ops on neuron draw from the CPU default generator, as on the real
+// product (notes §8: randn/rand/normal_/bernoulli_ and dropout fall back to
+// CPU and consume the CPU stream): a call without a generator runs its CPU
+// kernel unchanged. A generator the caller passes explicitly
+// (torch.Generator(device="neuron")) is honoured: CPU kernels accept only
+// CPU generators, so the lease locks the neuron generator (a CPU mt19937
+// generator tagged with the device, runtime/Generators.h), lends its state
+// to a per-thread CPU generator for the call, and takes the advanced state
+// back. Used by the boxed fallback; any unboxed kernel of a random op would
+// take the same lease.
 #pragma once
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -31,13 +28,10 @@ class GeneratorLease {
 
   // The CPU generator to pass to the kernel in place of `neuron`.
   const at::Generator& lend(const at::Generator& neuron);
-  void borrow_default_cpu(const at::Generator& neuron);
 
  private:
   at::Generator neuron_;
   std::unique_lock<std::mutex> lock_;
-  bool lent_ = false;
-  bool borrowed_default_ = false;
 };
 
 } // namespace torch_neuronx
