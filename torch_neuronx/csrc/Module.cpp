@@ -11,6 +11,7 @@
 #include "runtime/HostPool.h"
 
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
 namespace torch_neuronx {
@@ -49,8 +50,8 @@ void bind_routes(py::module& m) {
         "Ops that run through the unboxed fast path (see aten/FastPath.cpp)");
   m.def("_bit_exact_ops", &bit_exact_ops,
         "Ops sent to the CPU kernel instead of a decomposition (see aten/Fallback.cpp)");
-  m.def("_structured_ops_routed", &route_structured_ops_to_fallback,
-        "How many structured ops were routed to the fallback at module init (aten/Fallback.cpp)");
+  m.def("_ops_routed_to_fallback", &route_ops_to_fallback,
+        "How many structured and foreach ops were routed to the fallback at module init (aten/Fallback.cpp)");
   m.def("_set_fused_attention", &native::set_fused_attention,
         "TORCH_NEURONX_ENABLE_NKI_SDPA: fused flash attention when possible (see aten/Attention.cpp)");
 }
@@ -71,6 +72,22 @@ void bind_fidelity(py::module& m) {
     out["ops"] = ops;
     return out;
   });
+  m.def("_signature_calls", []() {
+    py::dict out;
+    for (const auto& [key, calls] : signature_calls()) {
+      out[py::str(key)] = calls;
+    }
+    return out;
+  }, "Calls per signature key since the last reset");
+  m.def("_set_static_arguments", &set_static_arguments,
+        "Rows (op pattern, argument name) whose values are part of the kernel key");
+  m.def("_kernel_key", [](const std::string& op, py::args args, py::kwargs kwargs) {
+    const auto dot = op.find('.');
+    const auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(
+        op.substr(0, dot).c_str(), dot == std::string::npos ? "" : op.substr(dot + 1).c_str());
+    const auto stack = torch::jit::createStackForSchema(handle.schema(), args, kwargs, std::nullopt);
+    return signature_key(handle, stack);
+  }, "The key the boxed fallback gives a call of `op` (e.g. 'aten::add.Tensor')");
   m.def("_reset_accounting", &reset_accounting);
   m.def("_forget_signatures", &forget_signatures);
   m.def("_set_narrowing_mode", &set_narrowing_mode);
@@ -85,8 +102,8 @@ PYBIND11_MODULE(_C, m) {
   using namespace torch_neuronx;
   m.doc() = "C++ core of the emulated neuron device";
   // Every static registration of this library has run by now (see
-  // aten/Fallback.cpp): route the structured ops that still lack a kernel.
-  route_structured_ops_to_fallback();
+  // aten/Fallback.cpp): route the ops that still lack a kernel.
+  route_ops_to_fallback();
   bind_runtime(m);
   bind_routes(m);
   bind_fidelity(m);

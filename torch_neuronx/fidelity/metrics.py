@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from .. import _C
+from .compilation_cache import compilation_cache_stats
 from .kernels import Accounting
 from .value_semantics import get_64bit_mode
 
@@ -59,6 +60,8 @@ def snapshot(acc: Accounting, enabled: bool) -> dict:
             "corrupt_entries_rewritten": acc.corrupt,
             "per_op": per_op,
         },
+        "compilation_cache": compilation_cache_stats(in_process_hits, acc.disk_hits, acc.misses,
+                                                     len(acc.compiled)),
         "estimated_compile_seconds": acc.misses * acc.compile_seconds,
         "compile_seconds_per_kernel_estimate": acc.compile_seconds,
         "neff_cache": {

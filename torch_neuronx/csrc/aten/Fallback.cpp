@@ -3,12 +3,15 @@
 //   * every op without a neuron kernel (the catch-all below);
 //   * ops PyTorch would decompose, sent to the CPU kernel for bit-exact
 //     results (kBitExactOps);
-//   * structured ops, routed past PyTorch's out= wrapper
-//     (route_structured_ops_to_fallback, run once at module init).
+//   * the foreach ops the real product compiles as one kernel for the whole
+//     list, and structured ops, routed past PyTorch's out= wrapper (both
+//     registered once at module init by route_ops_to_fallback).
 #include "aten/Routes.h"
 #include "aten/native/Fallback.h"
 
 #include <torch/library.h>
+
+#include <array>
 
 namespace torch_neuronx {
 
@@ -43,7 +46,41 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 // must run after every static registration of this library: Module.cpp calls
 // it when the extension module initialises (static initialisers of a shared
 // library all run before that), never from Python.
-int64_t route_structured_ops_to_fallback() {
+
+namespace {
+
+// The foreach ops of notes §2 (TR torch_neuronx/python_ops/torch_mlir/ops/
+// foreach_ops.py): _foreach_{add,sub,mul,div} in every overload and
+// _foreach_norm.Scalar are one Neuron kernel over the whole list, except the
+// in-place .ScalarList forms, which loop over the tensors (one kernel per
+// shape, as here through PyTorch's per-tensor slow path). Without a neuron
+// kernel PyTorch would run its per-tensor slow path on the device, counting
+// one kernel per tensor; through the fallback the CPU runs the same slow
+// path on aliases and the call counts as one kernel.
+bool is_single_kernel_foreach(const c10::OperatorName& name) {
+  static const std::array<const char*, 8> kOps = {
+      "aten::_foreach_add", "aten::_foreach_add_", "aten::_foreach_sub", "aten::_foreach_sub_",
+      "aten::_foreach_mul", "aten::_foreach_mul_", "aten::_foreach_div", "aten::_foreach_div_"};
+  if (name.name == "aten::_foreach_norm") {
+    return name.overload_name == "Scalar";
+  }
+  for (const char* op : kOps) {
+    if (name.name == op) {
+      const bool in_place = name.name.back() == '_';
+      return !(in_place && name.overload_name == "ScalarList");
+    }
+  }
+  return false;
+}
+
+bool is_structured_without_kernel(const c10::OperatorHandle& op) {
+  return op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) &&
+      op.hasKernelForDispatchKey(c10::DispatchKey::CPU);
+}
+
+} // namespace
+
+int64_t route_ops_to_fallback() {
   static int64_t routed = -1;
   if (routed >= 0) {
     return routed;
@@ -57,10 +94,8 @@ int64_t route_structured_ops_to_fallback() {
       continue;
     }
     auto op = dispatcher.findOp(name);
-    if (!op ||
-        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional) ||
-        !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+    if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1) ||
+        !(is_structured_without_kernel(*op) || is_single_kernel_foreach(name))) {
       continue;
     }
     const std::string qualified = name.overload_name.empty()

@@ -13,8 +13,9 @@ namespace torch_neuronx {
 std::vector<std::string> fast_path_ops();
 // Ops sent to the CPU kernel instead of PyTorch's decomposition (Fallback.cpp).
 const std::vector<std::string>& bit_exact_ops();
-// Sends structured ops straight to the fallback; returns how many were routed.
-// Idempotent: the first call (at module init) does the work.
-int64_t route_structured_ops_to_fallback();
+// Sends structured ops and the single-kernel foreach ops straight to the
+// fallback; returns how many were routed. Idempotent: the first call (at
+// module init) does the work.
+int64_t route_ops_to_fallback();
 
 } // namespace torch_neuronx

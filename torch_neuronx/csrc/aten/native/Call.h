@@ -15,6 +15,7 @@
 #include "runtime/Alias.h"
 #include "runtime/Device.h"
 
+#include <ATen/core/operator_name.h>
 #include <c10/util/SmallVector.h>
 
 namespace torch_neuronx {

@@ -30,49 +30,49 @@ namespace torch_neuronx::native {
 
 const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
 
-// ---- signature hashing, argument by argument (see account_signature) -------
+// ---- the kernel key, argument by argument (as the boxed path: KernelKey.h) -
 
-inline void mix_arg(uint64_t& h, const at::Tensor& t) {
-  mix_signature_tensor(h, t);
+inline void key_arg(KeyBuilder& key, const at::Tensor& t, bool) {
+  key.tensor(t);
 }
 
-inline void mix_arg(uint64_t& h, const std::optional<at::Tensor>& t) {
+inline void key_arg(KeyBuilder& key, const std::optional<at::Tensor>& t, bool) {
   if (t.has_value()) {
-    mix_signature_tensor(h, *t); // boxing would copy the tensor
+    key.tensor(*t); // boxing would copy the tensor
   } else {
-    mix_signature_value(h, c10::IValue());
+    key.none();
   }
 }
 
-inline void mix_arg(uint64_t& h, at::TensorList list) {
+inline void key_arg(KeyBuilder& key, at::TensorList list, bool) {
   for (const auto& t : list) {
-    mix_signature_tensor(h, t);
+    key.tensor(t);
   }
 }
 
-inline void mix_arg(uint64_t& h, const at::ITensorListRef& list) {
+inline void key_arg(KeyBuilder& key, const at::ITensorListRef& list, bool) {
   for (const auto& t : list) {
-    mix_signature_tensor(h, t);
+    key.tensor(t);
   }
 }
 
-inline void mix_arg(uint64_t& h, at::IntArrayRef values) {
+inline void key_arg(KeyBuilder& key, at::IntArrayRef values, bool is_static) {
   for (auto v : values) {
-    mix_signature_int(h, v);
+    key.integer(v, is_static);
   }
 }
 
-inline void mix_arg(uint64_t& h, at::OptionalIntArrayRef values) {
+inline void key_arg(KeyBuilder& key, at::OptionalIntArrayRef values, bool is_static) {
   if (values.has_value()) {
-    mix_arg(h, *values);
+    key_arg(key, *values, is_static);
   } else {
-    mix_signature_value(h, c10::IValue());
+    key.none();
   }
 }
 
 template <class T>
-inline void mix_arg(uint64_t& h, const T& value) {
-  mix_signature_value(h, c10::IValue(value));
+void key_arg(KeyBuilder& key, const T& value, bool is_static) {
+  key.value(c10::IValue(value), is_static);
 }
 
 // ---- one call: argument slots and result mapping ---------------------------
@@ -249,12 +249,13 @@ struct FastKernel<Op, Ret(Args...)> {
     std::tuple<Args...> mapped{call.map(args)...};
     call.state.check_devices(handle().operator_name());
     if (accounting_enabled()) {
-      uint64_t h = kSignatureSeed;
-      (mix_arg(h, args), ...);
-      account_signature(handle(), h, [&] {
-        const auto boxed = c10::impl::boxArgs<Args...>(args...);
-        return describe_signature(handle(), boxed);
-      });
+      static_assert(N <= 64, "static-argument masks cover 64 arguments");
+      // The fast path registers no out= variants: every tensor is an input.
+      const uint64_t is_static = argument_masks(handle().schema()).is_static;
+      KeyBuilder key;
+      size_t i = 0;
+      (key_arg(key, args, ((is_static >> i++) & 1) != 0), ...);
+      account_call(handle(), key, [&] { return c10::impl::boxArgs<Args...>(args...); });
     }
     auto run = [](auto&... a) -> Ret {
       HostPoolScope scope;
