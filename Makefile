@@ -13,7 +13,7 @@ export HF_DATASETS_OFFLINE := 1
 
 .PHONY: venv demo test test-fast bench clean
 
-$(STAMP): pyproject.toml setup.py $(wildcard torch_neuronx/csrc/*.cpp) $(wildcard torch_neuronx/csrc/*.h)
+$(STAMP): pyproject.toml setup.py $(shell find torch_neuronx/csrc -name '*.cpp' -o -name '*.h')
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.

@@ -8,11 +8,15 @@ os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 from setuptools import setup  # noqa: E402
 from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
+CSRC = os.path.join("torch_neuronx", "csrc")
+
 setup(
     ext_modules=[
         CppExtension(
             name="torch_neuronx._C",
-            sources=sorted(glob.glob(os.path.join("torch_neuronx", "csrc", "*.cpp"))),
+            # csrc/{runtime,aten,aten/native,fidelity}: see csrc/README.md.
+            sources=sorted(glob.glob(os.path.join(CSRC, "**", "*.cpp"), recursive=True)),
+            include_dirs=[os.path.abspath(CSRC)],
             extra_compile_args=["-O2", "-std=c++17", "-Wno-unused-parameter"],
         )
     ],

@@ -1,87 +1,115 @@
-"""Per-core random generators: seeding, saved states, determinism."""
+"""Random numbers on neuron come from the CPU default generator, as on the real
+product (notes §8, /work/shared/research/torchneuron-source-2026-04.md: randn,
+rand, normal_, bernoulli_ and dropout fall back to CPU and consume its stream,
+TR tests/device/test_rng_state.py:85-104, TR .../ops/dropout.py:30-34). The
+per-core generators behind ``torch.neuron.manual_seed`` / ``get_rng_state``
+exist and are seeded and saved (TR torch_neuronx/neuron.py:94-190), but no op
+draws from them unless passed explicitly."""
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 
-def test_same_seed_same_randn_and_dropout():
-    torch.neuron.manual_seed(1234)
-    a = torch.randn(64, device="neuron")
-    d1 = torch.nn.functional.dropout(torch.ones(256, device="neuron"), 0.5)
-    torch.neuron.manual_seed(1234)
-    b = torch.randn(64, device="neuron")
-    d2 = torch.nn.functional.dropout(torch.ones(256, device="neuron"), 0.5)
-    assert torch.equal(a.cpu(), b.cpu())
-    assert torch.equal(d1.cpu(), d2.cpu())
-    assert 0 < int(d1.eq(0).sum()) < 256
-    torch.neuron.manual_seed(4321)
-    assert not torch.equal(torch.randn(64, device="neuron").cpu(), a.cpu())
-
-
-def test_matches_cpu_generator_for_the_same_seed():
-    # The core generator is mt19937 like the CPU one: the same seed gives the
-    # same numbers, so a CPU run and a neuron run of a seeded job agree.
-    torch.manual_seed(7)  # seeds CPU and every core
-    dev = torch.randn(5, 7, device="neuron")
+def test_neuron_draws_equal_cpu_draws_in_the_same_order():
+    # §8: "random tensors created on neuron are the same values as CPU draws
+    # of the same shapes in the same order".
     torch.manual_seed(7)
-    assert torch.equal(dev.cpu(), torch.randn(5, 7))
+    a = torch.randn(5, 7, device="neuron")
+    b = torch.rand(100, device="neuron:2")
+    c = torch.empty(9, device="neuron").normal_(2.0, 0.5)
     torch.manual_seed(7)
-    u = torch.rand(100, device="neuron:2")
-    torch.manual_seed(7)
-    assert torch.equal(u.cpu(), torch.rand(100))
+    assert torch.equal(a.cpu(), torch.randn(5, 7))
+    assert torch.equal(b.cpu(), torch.rand(100))
+    assert torch.equal(c.cpu(), torch.empty(9).normal_(2.0, 0.5))
 
 
-def test_generators_are_per_core():
+def test_drawing_on_neuron_advances_the_cpu_stream():
+    # §8: "generating on neuron advances the CPU stream".
+    torch.manual_seed(1)
+    torch.randn(10, device="neuron")
+    after_neuron = torch.randn(4)
+    torch.manual_seed(1)
+    torch.randn(10)
+    assert torch.equal(after_neuron, torch.randn(4))
+    torch.manual_seed(1)
+    assert not torch.equal(after_neuron, torch.randn(4))
+
+
+def test_dropout_masks_follow_torch_manual_seed():
+    # §8: dropout masks are reproducible under torch.manual_seed
+    # (TR tests/python_ops/test_native_dropout.py:188-230).
+    ones = torch.ones(256, device="neuron")
+    torch.manual_seed(3)
+    first = F.dropout(ones, 0.5)
+    torch.manual_seed(3)
+    second = F.dropout(ones, 0.5)
+    third = F.dropout(ones, 0.5)
+    assert torch.equal(first.cpu(), second.cpu())
+    assert not torch.equal(second.cpu(), third.cpu())
+    assert 0 < int(first.eq(0).sum()) < 256
+
+
+def test_sdpa_dropout_follows_torch_manual_seed():
+    # §8: SDPA dropout uses the CPU generator (TR .../scaled_dot_product_attention.py:153).
+    q, k, v = (torch.randn(1, 2, 8, 4).to("neuron") for _ in range(3))
+    torch.manual_seed(11)
+    first = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    torch.manual_seed(11)
+    second = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    assert torch.equal(first.cpu(), second.cpu())
+    torch.manual_seed(11)
+    # it consumed the CPU stream: a CPU draw after it differs from one without it
+    F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    after = torch.rand(8)
+    torch.manual_seed(11)
+    assert not torch.equal(after, torch.rand(8))
+
+
+def test_neuron_manual_seed_does_not_change_what_ops_draw():
+    # §8: "torch.neuron.manual_seed alone has no effect on them".
+    torch.manual_seed(5)
+    torch.neuron.manual_seed(123)
+    a = torch.randn(32, device="neuron")
+    d = F.dropout(torch.ones(64, device="neuron"), 0.5)
+    torch.manual_seed(5)
+    torch.neuron.manual_seed_all(999)
+    assert torch.equal(torch.randn(32, device="neuron").cpu(), a.cpu())
+    assert torch.equal(F.dropout(torch.ones(64, device="neuron"), 0.5).cpu(), d.cpu())
+
+
+def test_per_core_generators_are_seeded_and_their_state_round_trips():
+    # The API exists and acts on per-core generators (TR torch_neuronx/neuron.py:94-190).
     torch.neuron.manual_seed_all(0)
     with torch.neuron.device(1):
         torch.neuron.manual_seed(99)  # only core 1
         assert torch.neuron.initial_seed() == 99
     assert torch.neuron.initial_seed() == 0
-    a0 = torch.randn(8, device="neuron:0")
-    a1 = torch.randn(8, device="neuron:1")
-    torch.neuron.manual_seed_all(0)
-    assert torch.equal(torch.randn(8, device="neuron:1").cpu(), a0.cpu())
-    assert not torch.equal(a0.cpu(), a1.cpu())
-    # drawing on core 2 does not advance core 0
-    torch.neuron.manual_seed_all(5)
-    torch.randn(100, device="neuron:2")
-    x = torch.randn(4, device="neuron:0")
-    torch.neuron.manual_seed_all(5)
-    assert torch.equal(torch.randn(4, device="neuron:0").cpu(), x.cpu())
-
-
-def test_rng_state_round_trip():
-    torch.neuron.manual_seed(3)
-    state = torch.neuron.get_rng_state()
-    assert state.dtype == torch.uint8 and state.device.type == "cpu"
-    first = torch.randn(10, device="neuron")
-    torch.neuron.set_rng_state(state)
-    assert torch.equal(torch.randn(10, device="neuron").cpu(), first.cpu())
-
-
-def test_rng_state_all_round_trip_as_accelerate_checkpoints_do():
-    torch.neuron.manual_seed_all(11)
-    for i in range(torch.neuron.device_count()):
-        torch.randn(i + 1, device=f"neuron:{i}")  # different state per core
     states = torch.neuron.get_rng_state_all()
     assert len(states) == torch.neuron.device_count()
+    assert states[0].dtype == torch.uint8 and states[0].device.type == "cpu"
     assert not torch.equal(states[0], states[1])
-    expected = [torch.rand(6, device=f"neuron:{i}").cpu() for i in range(len(states))]
-    torch.neuron.manual_seed_all(0)
+    torch.neuron.manual_seed_all(5)
     torch.neuron.set_rng_state_all(states)
-    for i, e in enumerate(expected):
-        assert torch.equal(torch.rand(6, device=f"neuron:{i}").cpu(), e)
+    assert [torch.equal(s, t) for s, t in zip(torch.neuron.get_rng_state_all(), states)] == [True] * len(states)
+    assert torch.neuron.default_generators()[1].initial_seed() == 99
+    torch.manual_seed(4)  # torch.manual_seed seeds the cores too
+    assert {g.initial_seed() for g in torch.neuron.default_generators()} == {4}
 
 
-def test_explicit_generator():
+def test_explicit_neuron_generator_is_used_and_leaves_the_cpu_stream_alone():
     g = torch.Generator(device="neuron")
     assert g.device == torch.device("neuron:0")
+    torch.manual_seed(0)
     g.manual_seed(42)
     a = torch.randn(16, device="neuron", generator=g)
+    cpu_after = torch.randn(4)
+    torch.manual_seed(0)
+    assert torch.equal(cpu_after, torch.randn(4))
     g.manual_seed(42)
-    b = torch.randn(16, device="neuron", generator=g)
-    assert torch.equal(a.cpu(), b.cpu())
+    assert torch.equal(torch.randn(16, device="neuron", generator=g).cpu(), a.cpu())
+    assert torch.equal(a.cpu(), torch.randn(16, generator=torch.Generator().manual_seed(42)))
     c = torch.empty(1000, device="neuron").uniform_(generator=g)
     assert 0 <= float(c.min()) and float(c.max()) <= 1
 
@@ -106,6 +134,8 @@ def test_multinomial_and_randperm_deterministic():
     assert torch.equal(torch.multinomial(probs, 20, replacement=True).cpu(), m1.cpu())
     assert torch.equal(torch.randperm(50, device="neuron").cpu(), p1.cpu())
     assert sorted(p1.tolist()) == list(range(50))
+    torch.manual_seed(0)
+    assert torch.equal(torch.multinomial(probs.cpu(), 20, replacement=True), m1.cpu())
 
 
 def test_bad_rng_state_is_rejected():

@@ -44,8 +44,6 @@ def _register() -> None:
     compile.install(neuron)
     distributed.install(topology)
     fidelity.install(topology)
-    # Last: every Python-side kernel above must already be registered.
-    _C._route_structured_ops_to_fallback()
 
 
 def reconfigure(instance: str | None = None, hbm_per_core: int | None = None) -> None:

@@ -1,16 +1,23 @@
-// Python bindings of the C++ core: `torch_neuronx._C`.
-#include "NeuronRuntime.h"
+// Python bindings of the C++ core: `torch_neuronx._C`. Every binding lives
+// here; the components are in runtime/, aten/ and fidelity/ (README.md).
+#include "aten/Routes.h"
+#include "aten/native/Native.h"
+#include "fidelity/Accounting.h"
+#include "fidelity/Narrowing.h"
+#include "runtime/Alias.h"
+#include "runtime/Allocator.h"
+#include "runtime/Device.h"
+#include "runtime/Generators.h"
+#include "runtime/HostPool.h"
 
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
 namespace torch_neuronx {
-void register_fidelity_bindings(pybind11::module& m);
-}
+namespace {
 
-PYBIND11_MODULE(_C, m) {
-  using namespace torch_neuronx;
-  m.doc() = "C++ core of the emulated neuron device";
+void bind_runtime(py::module& m) {
   m.def("_configure_devices", &configure_devices,
         "Set the number of logical cores and the HBM bytes of each");
   m.def("_set_default_device", [](int index) { set_default_device(index); });
@@ -29,18 +36,75 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(index)));
   });
-  m.def("_route_structured_ops_to_fallback", &route_structured_ops_to_fallback,
-        "Run CPU's functional kernels of structured ops directly (see NeuronFallback.cpp)");
   m.def("_install_host_pool", &install_host_pool,
-        "Pool the host memory of large neuron tensors (see NeuronHostPool.cpp)");
+        "Pool the host memory of large neuron tensors (see runtime/HostPool.cpp)");
   m.def("_host_pool_stats", []() {
     const auto s = host_pool_stats();
     return py::dict(py::arg("hits") = s[0], py::arg("misses") = s[1],
                     py::arg("cached_bytes") = s[2], py::arg("limit_bytes") = s[3]);
   });
+}
+
+void bind_routes(py::module& m) {
   m.def("_fast_path_ops", &fast_path_ops,
-        "Ops that run through the unboxed fast path (see NeuronFastPath.cpp)");
-  m.def("_set_fused_attention", &set_fused_attention,
-        "TORCH_NEURONX_ENABLE_NKI_SDPA: fused flash attention when possible (see NeuronAttention.cpp)");
-  register_fidelity_bindings(m);
+        "Ops that run through the unboxed fast path (see aten/FastPath.cpp)");
+  m.def("_bit_exact_ops", &bit_exact_ops,
+        "Ops sent to the CPU kernel instead of a decomposition (see aten/Fallback.cpp)");
+  m.def("_ops_routed_to_fallback", &route_ops_to_fallback,
+        "How many structured and foreach ops were routed to the fallback at module init (aten/Fallback.cpp)");
+  m.def("_set_fused_attention", &native::set_fused_attention,
+        "TORCH_NEURONX_ENABLE_NKI_SDPA: fused flash attention when possible (see aten/Attention.cpp)");
+}
+
+void bind_fidelity(py::module& m) {
+  m.def("_set_accounting", &set_accounting);
+  m.def("_set_signature_callback", &set_signature_callback);
+  m.def("_accounting_stats", []() {
+    const auto stats = accounting_stats();
+    py::dict ops;
+    for (const auto& op : stats.ops) {
+      ops[py::str(op.name)] = py::make_tuple(op.calls, op.signatures);
+    }
+    py::dict out;
+    out["calls"] = stats.calls;
+    out["repeats"] = stats.repeats;
+    out["signatures"] = stats.signatures;
+    out["ops"] = ops;
+    return out;
+  });
+  m.def("_signature_calls", []() {
+    py::dict out;
+    for (const auto& [key, calls] : signature_calls()) {
+      out[py::str(key)] = calls;
+    }
+    return out;
+  }, "Calls per signature key since the last reset");
+  m.def("_set_static_arguments", &set_static_arguments,
+        "Rows (op pattern, argument name) whose values are part of the kernel key");
+  m.def("_kernel_key", [](const std::string& op, py::args args, py::kwargs kwargs) {
+    const auto dot = op.find('.');
+    const auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(
+        op.substr(0, dot).c_str(), dot == std::string::npos ? "" : op.substr(dot + 1).c_str());
+    const auto stack = torch::jit::createStackForSchema(handle.schema(), args, kwargs, std::nullopt);
+    return signature_key(handle, stack);
+  }, "The key the boxed fallback gives a call of `op` (e.g. 'aten::add.Tensor')");
+  m.def("_reset_accounting", &reset_accounting);
+  m.def("_forget_signatures", &forget_signatures);
+  m.def("_set_narrowing_mode", &set_narrowing_mode);
+  m.def("_narrowing_mode", &configured_narrowing_mode);
+  m.def("_suspend_narrowing", &suspend_narrowing);
+}
+
+} // namespace
+} // namespace torch_neuronx
+
+PYBIND11_MODULE(_C, m) {
+  using namespace torch_neuronx;
+  m.doc() = "C++ core of the emulated neuron device";
+  // Every static registration of this library has run by now (see
+  // aten/Fallback.cpp): route the ops that still lack a kernel.
+  route_ops_to_fallback();
+  bind_runtime(m);
+  bind_routes(m);
+  bind_fidelity(m);
 }

@@ -10,16 +10,20 @@ import atexit
 
 from .. import _C
 from ..runtime import log, settings
+from . import kernel_key as _kernel_key
+from . import listeners as _listeners
 from . import metrics as _metrics
 from . import tensor_print
 from .accounting import Accounting, compiler_config, enabled_from_env, make_accounting, salt_of
+from .listeners import add_signature_listener, remove_signature_listener
 from .narrowing import get_64bit_mode, mode_from_env, set_64bit_mode
 from .neff_cache import NeffCache
 
 __all__ = [
-    "clear_op_tracking", "export_metrics", "get_64bit_mode", "get_executed_ops",
-    "get_fallback_ops", "get_host_ops", "kernel_accounting_enabled", "metrics",
-    "reset_metrics", "set_64bit_mode", "set_host_ops", "set_kernel_accounting", "use_neff_cache",
+    "add_signature_listener", "clear_op_tracking", "export_metrics", "get_64bit_mode",
+    "get_executed_ops", "get_fallback_ops", "get_host_ops", "kernel_accounting_enabled", "metrics",
+    "remove_signature_listener", "reset_metrics", "set_64bit_mode", "set_host_ops",
+    "set_kernel_accounting", "use_neff_cache",
 ]
 
 _accounting: Accounting | None = None
@@ -32,7 +36,8 @@ def install(topology) -> None:
     set_64bit_mode(mode_from_env())
     tensor_print.install()
     _accounting = make_accounting(topology.profile.family, topology.lnc)
-    _C._set_signature_callback(_accounting.on_new_signature)
+    _kernel_key.install()
+    _C._set_signature_callback(_on_new_signature)
     set_kernel_accounting(enabled_from_env())
     _metrics.register_sources(lambda: _accounting)
     metrics_dir = settings.get_str("TORCH_NEURONX_METRICS_DIR")
@@ -45,6 +50,13 @@ def reconfigure(topology) -> None:
     every kernel signature, follows the instance family and LNC of ``topology``."""
     _accounting.config = compiler_config(topology.profile.family, topology.lnc)
     set_kernel_accounting(_enabled)
+
+
+def _on_new_signature(op: str, key: str, description: str, args: tuple) -> None:
+    """C++ calls this once per signature new to the process: count it, then
+    tell the listeners (fidelity/listeners.py)."""
+    _accounting.on_new_signature(op, key, description)
+    _listeners.notify(op, key, args)
 
 
 def _export_at_exit(directory) -> None:
@@ -61,7 +73,6 @@ def use_neff_cache(directory) -> None:
     global _accounting
     cache = None if directory is None else NeffCache(directory)
     _accounting = Accounting(cache, _accounting.config, _accounting.compile_seconds, _accounting.tracker)
-    _C._set_signature_callback(_accounting.on_new_signature)
     _C._reset_accounting()
     _accounting.tracker.clear()
 

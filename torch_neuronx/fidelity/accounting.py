@@ -1,8 +1,8 @@
 """Per-signature kernel accounting: what Trainium would compile, and when.
 
-The C++ fallback hashes every kernel it runs (op, shapes, dtypes, contiguity,
-non-tensor arguments, salted with the compiler configuration) and counts
-repeats itself; only a signature new to this process reaches
+The C++ fallback and fast path key every kernel they run (op, shapes, dtypes,
+static arguments by value and other scalars by type, see ``kernel_key.py``;
+salted with the compiler configuration) and count repeats themselves; only a signature new to this process reaches
 ``Accounting.on_new_signature``, which consults the in-process set of
 "compiled" kernels and then the persistent NEFF cache.
 """

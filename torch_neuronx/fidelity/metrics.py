@@ -19,6 +19,7 @@ import torch
 from .. import _C
 from ..runtime import metrics_registry as registry
 from .accounting import Accounting
+from .compilation_cache import compilation_cache_stats
 from .narrowing import get_64bit_mode
 
 SCHEMA_VERSION = 1
@@ -116,6 +117,8 @@ def snapshot(acc: Accounting, enabled: bool) -> dict:
             "corrupt_entries_rewritten": counts["kernel.corrupt_entries_rewritten"],
             "per_op": per_op,
         },
+        "compilation_cache": compilation_cache_stats(in_process_hits, counts["kernel.disk_hits"],
+                                                     counts["kernel.misses"], len(acc.compiled)),
         "estimated_compile_seconds": counts["kernel.misses"] * acc.compile_seconds,
         "compile_seconds_per_kernel_estimate": acc.compile_seconds,
         "neff_cache": {

@@ -1,7 +1,9 @@
 """Per-core random number generators, with the ``torch.cuda`` RNG API.
 
-Each logical core has its own default generator, so seeding and saving RNG
-state (Accelerate checkpoints call ``get_rng_state_all``) behave per device.
+Each logical core has a default generator that this API seeds, saves and
+restores (Accelerate checkpoints call ``get_rng_state_all``). As on the real
+product, no op draws from it: random ops on neuron use the CPU default
+generator, so ``torch.manual_seed`` decides what they draw (docs/device.md).
 """
 from __future__ import annotations
 

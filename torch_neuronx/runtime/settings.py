@@ -114,10 +114,10 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
     _S("TORCH_NEURONX_ENABLE_NKI_SDPA", "flag", True,
        "`scaled_dot_product_attention` runs as one fused flash kernel when the inputs allow it "
        "(CPU's rules, incl. `torch.nn.attention.sdpa_kernel`); `0`: always the math decomposition "
-       "([device](device.md))", "product", "neuron/__init__.py → csrc/NeuronAttention.cpp"),
+       "([device](device.md))", "product", "neuron/__init__.py → csrc/aten/native/Attention.cpp"),
     _S("TORCHNEURON_HOST_POOL_MB", "int", 1024,
        "most host memory (MiB) kept in the pool of freed large-tensor blocks for reuse; `0`: none kept "
-       "([device](device.md#memory))", "ours", "neuron/__init__.py → csrc/NeuronHostPool.cpp", minimum=0),
+       "([device](device.md#memory))", "ours", "neuron/__init__.py → csrc/runtime/HostPool.cpp", minimum=0),
     # --- caches (runtime/cache_dirs.py) ------------------------------------
     _S("TORCH_NEURONX_NEFF_CACHE_DIR", "str", None,
        "persistent per-shape kernel cache; compiled graphs go to `compile/` inside it, or beside the "

@@ -8,7 +8,9 @@
 //
 // It subclasses c10::DeviceAllocator so that torch.accelerator.memory_* and
 // the torch.cuda-style API work on the `neuron` device.
-#include "NeuronRuntime.h"
+#include "runtime/Allocator.h"
+#include "runtime/Device.h"
+#include "runtime/HostPool.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>

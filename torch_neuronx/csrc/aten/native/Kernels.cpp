@@ -1,23 +1,22 @@
-// Native neuron kernels: memory, views, metadata and copies.
+// Native neuron kernels: memory, metadata and copies (registered in
+// aten/NativeKernels.cpp).
 //
 // These must not go through the fallback: factories allocate on the right
 // core, views must share the neuron storage itself (not an alias of it), and
 // copies are where host<->device transfers happen. Views reuse PyTorch's
 // device-generic implementations, since neuron memory is host memory.
-#include "NeuronRuntime.h"
+#include "aten/native/Native.h"
+#include "fidelity/Narrowing.h"
+#include "runtime/Alias.h"
+#include "runtime/Allocator.h"
+#include "runtime/Device.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
-#include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/resize_native.h>
 #include <ATen/ops/set_native.h>
-#include <ATen/ops/view_as_complex_native.h>
-#include <ATen/ops/view_as_real_native.h>
-#include <ATen/ops/view_native.h>
-#include <ATen/ops/_reshape_alias_native.h>
-#include <torch/library.h>
 
-namespace torch_neuronx {
+namespace torch_neuronx::native {
 namespace {
 
 c10::DeviceIndex index_of(std::optional<c10::Device> device) {
@@ -27,6 +26,8 @@ c10::DeviceIndex index_of(std::optional<c10::Device> device) {
   }
   return current_device();
 }
+
+} // namespace
 
 at::Tensor empty_memory_format(
     c10::IntArrayRef size,
@@ -160,38 +161,4 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min,
   return adopt_cpu_tensor(counts, self.device().index());
 }
 
-} // namespace
-
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("empty.memory_format", empty_memory_format);
-  m.impl("empty_strided", empty_strided);
-  m.impl("as_strided", at::native::as_strided_tensorimpl);
-  m.impl("view", at::native::view);
-  m.impl("_reshape_alias", at::native::_reshape_alias);
-  m.impl("view_as_real", at::native::view_as_real);
-  m.impl("view_as_complex", at::native::view_as_complex);
-  m.impl("resize_", resize_);
-  m.impl("set_.source_Storage_storage_offset", set_storage);
-  m.impl("set_.source_Storage", at::native::set_);
-  m.impl("set_.source_Tensor", at::native::set_tensor_);
-  m.impl("set_", set_empty);
-  m.impl("_copy_from", copy_from);
-  m.impl("_copy_from_and_resize", copy_from_and_resize);
-  m.impl("_local_scalar_dense", local_scalar_dense);
-  m.impl("convolution_overrideable", convolution_overrideable);
-  m.impl("convolution_backward_overrideable", convolution_backward_overrideable);
-  m.impl("record_stream", record_stream);
-  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
-  m.impl("histc", histc);
-}
-
-// conj/neg bits travel into _copy_from on the alias instead of being
-// materialized by a clone(), which would recurse into _copy_from forever.
-TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
-  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
-}
-TORCH_LIBRARY_IMPL(aten, Negative, m) {
-  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
-}
-
-} // namespace torch_neuronx
+} // namespace torch_neuronx::native

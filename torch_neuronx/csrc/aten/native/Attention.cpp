@@ -1,4 +1,5 @@
-// Which kernel runs scaled_dot_product_attention on neuron.
+// Which kernel runs scaled_dot_product_attention on neuron (registered in
+// aten/Attention.cpp).
 //
 // PyTorch asks a per-device "fused SDPA choice" stub; a device without one
 // gets the math decomposition (bmm, softmax, bmm and their backward: several
@@ -8,16 +9,16 @@
 // which the fallback runs on zero-copy aliases, and the choice follows CPU's
 // own rules (shapes, dtypes, torch.nn.attention.sdpa_kernel), so results
 // match the CPU reference exactly.
-#include "NeuronRuntime.h"
+#include "aten/native/Native.h"
+#include "runtime/Alias.h"
+#include "runtime/Device.h"
 
 #include <ATen/Operators.h>
 #include <ATen/SDPBackend.h>
-#include <ATen/native/transformers/attention.h>
-#include <torch/library.h>
 
 #include <atomic>
 
-namespace torch_neuronx {
+namespace torch_neuronx::native {
 namespace {
 
 std::atomic<bool> g_fused_attention{true};
@@ -35,6 +36,8 @@ at::Tensor shape_of(const at::Tensor& t) {
   return at::empty_strided_symint(
       t.sym_sizes(), t.sym_strides(), t.options().device(c10::kMeta));
 }
+
+} // namespace
 
 int64_t choose_sdp_backend(
     const at::Tensor& query,
@@ -57,20 +60,8 @@ int64_t choose_sdp_backend(
       shape_of(value), mask, dropout_p, is_causal, scale, enable_gqa);
 }
 
-} // namespace
-
 void set_fused_attention(bool enabled) {
   g_fused_attention = enabled;
 }
 
-} // namespace torch_neuronx
-
-namespace at::native {
-// Eager SDPA asks this stub directly ...
-REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_neuronx::choose_sdp_backend)
-} // namespace at::native
-
-// ... and compiled graphs through the aten op, so both take the same path.
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("_fused_sdp_choice", &torch_neuronx::choose_sdp_backend);
-}
+} // namespace torch_neuronx::native

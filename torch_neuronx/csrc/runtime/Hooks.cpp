@@ -4,7 +4,9 @@
 // resize for FSDP2, torch.Generator(device="neuron")) reaches the runtime.
 // Each core has its own generator; it is a CPU (mt19937) generator tagged
 // with the neuron device so that seeds and states behave exactly as on CPU.
-#include "NeuronRuntime.h"
+#include "runtime/Allocator.h"
+#include "runtime/Device.h"
+#include "runtime/Generators.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>

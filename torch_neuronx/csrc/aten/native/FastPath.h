@@ -1,8 +1,8 @@
-// The unboxed fast path: the hottest ops without boxing.
+// The unboxed fast-path kernel, generated per op from its C++ signature.
 //
 // The boxed fallback pays for its generality on every call: the dispatcher
 // copies each argument into an IValue stack (for a tensor Python owns, that
-// copy takes the GIL, see NeuronCall.h), the schema is walked argument by
+// copy takes the GIL, see Call.h), the schema is walked argument by
 // argument and the CPU kernel is reached by a boxed redispatch. For the ops
 // that dominate eager training and generation (pointwise math, reductions,
 // matmuls, softmax, cat, ...) this file registers unboxed kernels instead,
@@ -10,12 +10,15 @@
 // arguments are aliased without copying the caller's tensors, the CPU kernel
 // is called unboxed, and written arguments and results go through the same
 // CallState as in the fallback, so behaviour is identical. Random ops and
-// out= variants stay on the fallback.
-#include "NeuronCall.h"
+// out= variants stay on the fallback. The list of ops is the route table
+// aten/FastPath.cpp.
+#pragma once
+#include "aten/native/Call.h"
+#include "fidelity/Accounting.h"
+#include "runtime/HostPool.h"
 
 #include <ATen/Operators.h>
 #include <ATen/core/boxing/impl/boxing.h>
-#include <torch/library.h>
 
 #include <array>
 #include <cstring>
@@ -23,54 +26,53 @@
 #include <type_traits>
 #include <vector>
 
-namespace torch_neuronx {
-namespace {
+namespace torch_neuronx::native {
 
 const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
 
-// ---- signature hashing, argument by argument (see account_signature) -------
+// ---- the kernel key, argument by argument (as the boxed path: KernelKey.h) -
 
-void mix_arg(uint64_t& h, const at::Tensor& t) {
-  mix_signature_tensor(h, t);
+inline void key_arg(KeyBuilder& key, const at::Tensor& t, bool) {
+  key.tensor(t);
 }
 
-void mix_arg(uint64_t& h, const std::optional<at::Tensor>& t) {
+inline void key_arg(KeyBuilder& key, const std::optional<at::Tensor>& t, bool) {
   if (t.has_value()) {
-    mix_signature_tensor(h, *t); // boxing would copy the tensor
+    key.tensor(*t); // boxing would copy the tensor
   } else {
-    mix_signature_value(h, c10::IValue());
+    key.none();
   }
 }
 
-void mix_arg(uint64_t& h, at::TensorList list) {
+inline void key_arg(KeyBuilder& key, at::TensorList list, bool) {
   for (const auto& t : list) {
-    mix_signature_tensor(h, t);
+    key.tensor(t);
   }
 }
 
-void mix_arg(uint64_t& h, const at::ITensorListRef& list) {
+inline void key_arg(KeyBuilder& key, const at::ITensorListRef& list, bool) {
   for (const auto& t : list) {
-    mix_signature_tensor(h, t);
+    key.tensor(t);
   }
 }
 
-void mix_arg(uint64_t& h, at::IntArrayRef values) {
+inline void key_arg(KeyBuilder& key, at::IntArrayRef values, bool is_static) {
   for (auto v : values) {
-    mix_signature_int(h, v);
+    key.integer(v, is_static);
   }
 }
 
-void mix_arg(uint64_t& h, at::OptionalIntArrayRef values) {
+inline void key_arg(KeyBuilder& key, at::OptionalIntArrayRef values, bool is_static) {
   if (values.has_value()) {
-    mix_arg(h, *values);
+    key_arg(key, *values, is_static);
   } else {
-    mix_signature_value(h, c10::IValue());
+    key.none();
   }
 }
 
 template <class T>
-void mix_arg(uint64_t& h, const T& value) {
-  mix_signature_value(h, c10::IValue(value));
+void key_arg(KeyBuilder& key, const T& value, bool is_static) {
+  key.value(c10::IValue(value), is_static);
 }
 
 // ---- one call: argument slots and result mapping ---------------------------
@@ -247,12 +249,13 @@ struct FastKernel<Op, Ret(Args...)> {
     std::tuple<Args...> mapped{call.map(args)...};
     call.state.check_devices(handle().operator_name());
     if (accounting_enabled()) {
-      uint64_t h = kSignatureSeed;
-      (mix_arg(h, args), ...);
-      account_signature(handle(), h, [&] {
-        const auto boxed = c10::impl::boxArgs<Args...>(args...);
-        return describe_signature(handle(), boxed);
-      });
+      static_assert(N <= 64, "static-argument masks cover 64 arguments");
+      // The fast path registers no out= variants: every tensor is an input.
+      const uint64_t is_static = argument_masks(handle().schema()).is_static;
+      KeyBuilder key;
+      size_t i = 0;
+      (key_arg(key, args, ((is_static >> i++) & 1) != 0), ...);
+      account_call(handle(), key, [&] { return c10::impl::boxArgs<Args...>(args...); });
     }
     auto run = [](auto&... a) -> Ret {
       HostPoolScope scope;
@@ -269,99 +272,4 @@ struct FastKernel<Op, Ret(Args...)> {
   }
 };
 
-// Names of the ops registered here, for tests and docs.
-std::vector<std::string>& registered() {
-  static std::vector<std::string> names;
-  return names;
-}
-
-template <class Op>
-void register_fast(torch::Library& m) {
-  std::string name = Op::name;
-  if (std::strlen(Op::overload_name) > 0) {
-    name = name + "." + Op::overload_name;
-  }
-  m.impl(name.substr(std::strlen("aten::")).c_str(), TORCH_FN(FastKernel<Op>::call));
-  registered().push_back(std::move(name));
-}
-
-} // namespace
-
-std::vector<std::string> fast_path_ops() {
-  return registered();
-}
-
-// Chosen from the kernels of a tiny Llama's training step and of greedy
-// generation (torch_neuronx.metrics()["kernels"]["per_op"]), plus their
-// common siblings. Each one has a CPU kernel and no random draws.
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  // pointwise
-  register_fast<at::_ops::add_Tensor>(m);
-  register_fast<at::_ops::add__Tensor>(m);
-  register_fast<at::_ops::sub_Tensor>(m);
-  register_fast<at::_ops::sub__Tensor>(m);
-  register_fast<at::_ops::mul_Tensor>(m);
-  register_fast<at::_ops::mul__Tensor>(m);
-  register_fast<at::_ops::div_Tensor>(m);
-  register_fast<at::_ops::div__Tensor>(m);
-  register_fast<at::_ops::pow_Tensor_Scalar>(m);
-  register_fast<at::_ops::neg>(m);
-  register_fast<at::_ops::rsqrt>(m);
-  register_fast<at::_ops::sqrt>(m);
-  register_fast<at::_ops::exp>(m);
-  register_fast<at::_ops::log>(m);
-  register_fast<at::_ops::sin>(m);
-  register_fast<at::_ops::cos>(m);
-  register_fast<at::_ops::tanh>(m);
-  register_fast<at::_ops::sigmoid>(m);
-  register_fast<at::_ops::silu>(m);
-  register_fast<at::_ops::silu_backward>(m);
-  register_fast<at::_ops::relu>(m);
-  register_fast<at::_ops::gelu>(m);
-  register_fast<at::_ops::gelu_backward>(m);
-  register_fast<at::_ops::where_self>(m);
-  register_fast<at::_ops::masked_fill__Scalar>(m);
-  register_fast<at::_ops::fill__Scalar>(m);
-  register_fast<at::_ops::zero_>(m);
-  register_fast<at::_ops::lerp__Scalar>(m);
-  register_fast<at::_ops::addcmul_>(m);
-  register_fast<at::_ops::addcdiv_>(m);
-  register_fast<at::_ops::eq_Scalar>(m);
-  register_fast<at::_ops::eq_Tensor>(m);
-  register_fast<at::_ops::ne_Scalar>(m);
-  register_fast<at::_ops::ne_Tensor>(m);
-  register_fast<at::_ops::lt_Scalar>(m);
-  register_fast<at::_ops::gt_Scalar>(m);
-  register_fast<at::_ops::bitwise_and_Tensor>(m);
-  register_fast<at::_ops::bitwise_or_Tensor>(m);
-  register_fast<at::_ops::bitwise_not>(m);
-  register_fast<at::_ops::isneginf>(m);
-  register_fast<at::_ops::tril>(m);
-  register_fast<at::_ops::triu>(m);
-  // reductions
-  register_fast<at::_ops::sum>(m);
-  register_fast<at::_ops::sum_dim_IntList>(m);
-  register_fast<at::_ops::mean_dim>(m);
-  register_fast<at::_ops::argmax>(m);
-  register_fast<at::_ops::max>(m);
-  register_fast<at::_ops::all_dim>(m);
-  register_fast<at::_ops::any_dim>(m);
-  register_fast<at::_ops::isin_Tensor_Tensor>(m);
-  // matmuls
-  register_fast<at::_ops::mm>(m);
-  register_fast<at::_ops::bmm>(m);
-  register_fast<at::_ops::addmm>(m);
-  register_fast<at::_ops::baddbmm>(m);
-  // softmax, loss, embedding, concatenation
-  register_fast<at::_ops::_softmax>(m);
-  register_fast<at::_ops::_softmax_backward_data>(m);
-  register_fast<at::_ops::_log_softmax>(m);
-  register_fast<at::_ops::_log_softmax_backward_data>(m);
-  register_fast<at::_ops::nll_loss_forward>(m);
-  register_fast<at::_ops::nll_loss_backward>(m);
-  register_fast<at::_ops::index_select>(m);
-  register_fast<at::_ops::embedding_dense_backward>(m);
-  register_fast<at::_ops::cat>(m);
-}
-
-} // namespace torch_neuronx
+} // namespace torch_neuronx::native

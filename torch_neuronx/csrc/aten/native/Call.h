@@ -1,7 +1,7 @@
 // One neuron op running as a CPU kernel on zero-copy aliases.
 //
-// Shared by the boxed fallback (NeuronFallback.cpp, every op) and the unboxed
-// fast path (NeuronFastPath.cpp, the hottest ops): both alias the neuron
+// Shared by the boxed fallback (Fallback.cpp, every op) and the unboxed
+// fast path (FastPath.h, the hottest ops): both alias the neuron
 // arguments, check devices, run the CPU kernel, then bring written arguments
 // and results back to the device the same way.
 //
@@ -11,8 +11,11 @@
 // avoid. The caller keeps the originals alive for the whole call.
 #pragma once
 
-#include "NeuronRuntime.h"
+#include "fidelity/Narrowing.h"
+#include "runtime/Alias.h"
+#include "runtime/Device.h"
 
+#include <ATen/core/operator_name.h>
 #include <c10/util/SmallVector.h>
 
 namespace torch_neuronx {

@@ -1,5 +1,6 @@
-// Aliasing, device checks and result mapping of one op call (see NeuronCall.h).
-#include "NeuronCall.h"
+// Aliasing, device checks and result mapping of one op call (see Call.h).
+#include "aten/native/Call.h"
+#include "runtime/Allocator.h"
 
 #include <cstring>
 

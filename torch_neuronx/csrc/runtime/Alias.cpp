@@ -4,7 +4,9 @@
 // fallback, the process group and compiled graphs all run CPU code on these
 // aliases; results that a CPU kernel allocated are adopted as neuron memory
 // instead of being copied.
-#include "NeuronRuntime.h"
+#include "runtime/Alias.h"
+#include "runtime/Allocator.h"
+#include "runtime/Device.h"
 
 #include <c10/core/CPUAllocator.h>
 

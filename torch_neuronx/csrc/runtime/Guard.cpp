@@ -5,7 +5,7 @@
 // true, which is honest. Streams still get distinct ids (FSDP2 creates
 // several and switches between them), and events record host timestamps so
 // Event.elapsed_time measures real elapsed time.
-#include "NeuronRuntime.h"
+#include "runtime/Device.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 

@@ -4,7 +4,7 @@
 // profile chosen in Python; C++ only stores them. The current device is
 // thread-local, with a process-wide default (as in CUDA), so a thread pool
 // loading weights does not race with the main thread.
-#include "NeuronRuntime.h"
+#include "runtime/Device.h"
 
 #include <atomic>
 #include <mutex>

@@ -1,7 +1,7 @@
 // A caching pool for the host memory behind large neuron tensors.
 //
 // Device memory is host memory, and most of it is allocated by the CPU
-// kernels that run neuron ops (their results are adopted, see NeuronCall.h).
+// kernels that run neuron ops (their results are adopted, see aten/native/Call.h).
 // Left to glibc, large blocks freed at the end of every step are handed back
 // to the kernel (mmap threshold, heap trimming) and faulted in again on the
 // next step: a neuron training process took twice the page faults of the CPU
@@ -16,7 +16,7 @@
 // (TORCHNEURON_HOST_POOL_MB); torch.neuron.empty_cache() returns them to the
 // system. This is host-side caching only: the emulated HBM accounting
 // (allocated == reserved) does not change.
-#include "NeuronRuntime.h"
+#include "runtime/HostPool.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>

@@ -1,0 +1,21 @@
+// What the route tables in this folder registered, for bindings, tests and
+// docs (each table is one file: NativeKernels, FastPath, Fallback,
+// Attention, Autocast, MemoryFormat).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torch_neuronx {
+
+// Ops with an unboxed fast-path kernel (FastPath.cpp).
+std::vector<std::string> fast_path_ops();
+// Ops sent to the CPU kernel instead of PyTorch's decomposition (Fallback.cpp).
+const std::vector<std::string>& bit_exact_ops();
+// Sends structured ops and the single-kernel foreach ops straight to the
+// fallback; returns how many were routed. Idempotent: the first call (at
+// module init) does the work.
+int64_t route_ops_to_fallback();
+
+} // namespace torch_neuronx

@@ -1,0 +1,149 @@
+// Eager execution: a boxed fallback that runs PyTorch's CPU kernel in place
+// on the device memory.
+//
+// Every ATen op without a neuron kernel lands here. Neuron arguments are
+// replaced by zero-copy CPU aliases, the CPU kernel runs, and results are
+// mapped back:
+//   * a returned argument (in-place / out=)      -> the original neuron tensor
+//   * a view of an argument's memory             -> a neuron view of the same storage
+//   * fresh memory allocated by the CPU kernel   -> adopted as neuron memory
+// so aliasing, in-place updates through views and autograd's version
+// counters behave exactly as PyTorch expects, with no per-op copies.
+//
+// One call, in named steps: alias_arguments (aliasing, device notes,
+// generator argument), check_devices, lease_generator, account_kernel,
+// run_on_cpu, then sync_written_args and map_results.
+#include "aten/native/Fallback.h"
+
+#include "aten/native/Call.h"
+#include "aten/native/GeneratorLease.h"
+#include "fidelity/Accounting.h"
+#include "runtime/HostPool.h"
+
+#include <c10/util/SmallVector.h>
+
+namespace torch_neuronx::native {
+namespace {
+
+// The arguments of one call on the stack, and what aliasing them found.
+struct FallbackCall {
+  FallbackCall(const c10::OperatorHandle& op, torch::jit::Stack& stack)
+      : op(op), stack(stack), begin(stack.size() - op.schema().arguments().size()) {}
+
+  const c10::OperatorHandle& op;
+  torch::jit::Stack& stack;
+  size_t begin; // position of the first argument
+  CallState state;
+  // The caller's neuron tensors, taken out of the stack (moved, not copied)
+  // and kept alive until the results are mapped back.
+  c10::SmallVector<at::Tensor, 4> originals;
+  at::Generator neuron_generator;      // an explicit neuron generator argument ...
+  std::optional<size_t> generator_pos; // ... and its slot
+};
+
+// Replace neuron tensors (also inside lists) by CPU aliases and neuron
+// devices by CPU, noting devices and the generator argument on the way.
+void alias_arguments(FallbackCall& call) {
+  const auto& arguments = call.op.schema().arguments();
+  auto& state = call.state;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    auto& value = call.stack[call.begin + i];
+    const auto& arg = arguments[i];
+    const bool is_write = arg.alias_info() != nullptr && arg.alias_info()->isWrite();
+    if (value.isTensor()) {
+      if (is_neuron(value.toTensor())) {
+        call.originals.push_back(std::move(value).toTensor());
+        value = state.alias(call.originals.back(), is_write);
+      } else {
+        state.note_other(value.toTensor());
+      }
+    } else if (value.isTensorList()) {
+      auto list = value.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) {
+        at::Tensor t = list.get(j);
+        if (is_neuron(t)) {
+          list.set(j, state.alias(t, is_write));
+          call.originals.push_back(std::move(t));
+        } else {
+          state.note_other(t);
+        }
+      }
+    } else if (value.isList()) {
+      // Optional-tensor lists are index lists; CPU indices are allowed there,
+      // as on CUDA.
+      auto list = value.toList();
+      for (size_t j = 0; j < list.size(); ++j) {
+        c10::IValue element = list.get(j);
+        // Python indexing (x[:, idx]) passes undefined tensors, not None,
+        // for the sliced dimensions: they have no device to ask for.
+        if (element.isTensor() && is_neuron(element.toTensor())) {
+          list.set(j, state.alias(element.toTensor(), is_write));
+          call.originals.push_back(std::move(element).toTensor());
+        }
+      }
+    } else if (value.isDevice()) {
+      const auto d = value.toDevice();
+      if (d.type() == kNeuron) {
+        state.note_device(c10::Device(kNeuron, d.has_index() ? d.index() : current_device()));
+        value = c10::IValue(c10::Device(c10::DeviceType::CPU));
+      }
+    } else if (value.isGenerator()) {
+      auto gen = value.toGenerator();
+      if (gen.device().type() == kNeuron) {
+        call.neuron_generator = gen;
+        call.generator_pos = call.begin + i;
+      }
+    }
+  }
+}
+
+// Random ops draw from the CPU default generator, as on the real product:
+// an op without a generator argument (or with None) runs unchanged; an
+// explicit neuron generator is lent to the CPU kernel.
+void lease_generator(FallbackCall& call, GeneratorLease& lease) {
+  if (call.neuron_generator.defined()) {
+    call.stack[*call.generator_pos] = c10::IValue(lease.lend(call.neuron_generator));
+  }
+}
+
+void run_on_cpu(FallbackCall& call) {
+  HostPoolScope scope;
+  call.op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &call.stack);
+}
+
+// Results (on top of the stack now) back to the device.
+void map_results(FallbackCall& call) {
+  const size_t num_returns = call.op.schema().returns().size();
+  auto& stack = call.stack;
+  for (size_t i = stack.size() - num_returns; i < stack.size(); ++i) {
+    auto& value = stack[i];
+    if (value.isTensor()) {
+      value = call.state.to_neuron(value.toTensor());
+    } else if (value.isTensorList()) {
+      auto list = value.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) {
+        list.set(j, call.state.to_neuron(list.get(j)));
+      }
+    }
+  }
+}
+
+} // namespace
+
+void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  FallbackCall call(op, *stack);
+  alias_arguments(call);
+  call.state.check_devices(op.schema().operator_name());
+  {
+    GeneratorLease lease;
+    lease_generator(call, lease);
+    if (accounting_enabled()) {
+      account_kernel(op, *stack);
+    }
+    run_on_cpu(call);
+  }
+  call.state.sync_written_args();
+  map_results(call);
+}
+
+} // namespace torch_neuronx::native

@@ -1,0 +1,352 @@
+// Per-signature kernel accounting: what Trainium would compile.
+//
+// On Trainium each distinct eager kernel key (KernelKey.h) plus compiler
+// configuration is compiled once into a NEFF and cached. Here every kernel the
+// fallback or the fast path runs is keyed; the first time a signature is seen
+// in this process, a Python callback consults the persistent cache
+// (fidelity/neff_cache.py) and the signature listeners. Repeats only bump
+// counters.
+#include "fidelity/Accounting.h"
+
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <array>
+#include <atomic>
+#include <iomanip>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+namespace py = pybind11;
+
+namespace torch_neuronx {
+namespace {
+
+// Entries are never erased (a reset zeroes them): threads keep pointers to
+// them in their repeat caches.
+struct OpCounts {
+  std::string name;
+  uint64_t name_hash = 0; // stable across processes, unlike the schema address
+  std::atomic<uint64_t> calls{0};
+  uint64_t signatures = 0; // under g_mutex
+};
+struct SignatureCounts {
+  OpCounts* op = nullptr;
+  std::atomic<uint64_t> calls{0};
+  bool seen = false; // under g_mutex; false again after a reset or forget
+};
+
+std::atomic<bool> g_enabled{false};
+std::atomic<uint64_t> g_salt{0};
+std::mutex g_mutex;
+std::unordered_map<uint64_t, SignatureCounts> g_signatures;
+uint64_t g_seen = 0; // signatures with `seen`, under g_mutex
+std::unordered_map<const void*, OpCounts> g_ops;
+std::atomic<uint64_t> g_calls{0};
+std::atomic<uint64_t> g_repeats{0};
+// Bumped whenever seen signatures are forgotten or the salt changes: it
+// invalidates every thread's repeat cache.
+std::atomic<uint64_t> g_generation{1};
+
+// Repeats are the hot path (the same kernel every step): each thread
+// remembers signatures it has already seen counted, keyed by (op, arguments),
+// so a repeat costs a table probe and four relaxed increments instead of the
+// global lock and two hash-table lookups.
+struct RepeatCache {
+  static constexpr size_t kSlots = 1024;
+  uint64_t generation = 0;
+  std::array<std::pair<uint64_t, SignatureCounts*>, kSlots> slots{};
+
+  std::pair<uint64_t, SignatureCounts*>& slot(uint64_t key) {
+    const uint64_t current = g_generation.load(std::memory_order_acquire);
+    if (generation != current) {
+      slots.fill({0, nullptr});
+      generation = current;
+    }
+    return slots[key % kSlots];
+  }
+};
+thread_local RepeatCache t_repeats;
+py::object* g_callback = nullptr; // leaked on purpose: outlives interpreter teardown
+
+inline void mix(uint64_t& h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+}
+
+void describe_value(std::ostream& os, const c10::IValue& v) {
+  if (v.isTensor()) {
+    const auto& t = v.toTensor();
+    if (!t.defined()) {
+      os << "None";
+      return;
+    }
+    os << c10::toString(t.scalar_type()) << t.sizes();
+  } else if (v.isTensorList() || v.isList()) {
+    os << "[";
+    bool first = true;
+    for (const auto& e : v.toListRef()) {
+      os << (first ? "" : ", ");
+      describe_value(os, e);
+      first = false;
+    }
+    os << "]";
+  } else if (v.isDevice() || v.isGenerator()) {
+    os << "_";
+  } else {
+    os << v;
+  }
+}
+
+// The text of a signature, as the persistent cache records it.
+std::string describe_signature(const std::string& op, const std::vector<c10::IValue>& args) {
+  std::ostringstream os;
+  os << op << "(";
+  for (size_t i = 0; i < args.size(); ++i) {
+    os << (i == 0 ? "" : ", ");
+    describe_value(os, args[i]);
+  }
+  os << ")";
+  return os.str();
+}
+
+// The argument with every tensor replaced by a meta tensor of the same
+// sizes, strides and dtype: what a listener needs to trace or lower the op,
+// without the data.
+c10::IValue to_meta(const c10::IValue& v) {
+  if (v.isTensor()) {
+    const auto& t = v.toTensor();
+    if (!t.defined() || t.layout() != c10::kStrided) {
+      return c10::IValue();
+    }
+    return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+  }
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const auto& e : v.toListRef()) {
+      auto meta = to_meta(e);
+      out.push_back(meta.isTensor() ? meta.toTensor() : at::Tensor());
+    }
+    return out;
+  }
+  if (v.isList()) {
+    auto list = v.toList();
+    c10::impl::GenericList out(list.elementType());
+    for (const auto& e : list) {
+      out.push_back(to_meta(e));
+    }
+    return out;
+  }
+  return v;
+}
+
+std::string hex_key(uint64_t h) {
+  std::ostringstream key;
+  key << std::hex << std::setw(16) << std::setfill('0') << h;
+  return key.str();
+}
+
+const c10::OperatorHandle& contiguity_op() {
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::contiguous", "");
+  return op;
+}
+
+void notify_new_signature(
+    py::object* callback,
+    const std::string& name,
+    uint64_t h,
+    const std::vector<c10::IValue>& args) {
+  const std::string text = describe_signature(name, args);
+  std::vector<c10::IValue> meta;
+  meta.reserve(args.size());
+  for (const auto& a : args) {
+    meta.push_back(to_meta(a));
+  }
+  const std::string key = hex_key(h);
+  py::gil_scoped_acquire gil;
+  try {
+    py::tuple py_args(meta.size());
+    for (size_t i = 0; i < meta.size(); ++i) {
+      py_args[i] = torch::jit::toPyObject(meta[i]);
+    }
+    (*callback)(name, key, text, py_args);
+  } catch (py::error_already_set& e) {
+    // Accounting must never break the computation it observes.
+    e.discard_as_unraisable(__func__);
+  }
+}
+
+void account_signature(
+    const c10::OperatorHandle& op,
+    uint64_t args_hash,
+    c10::function_ref<std::vector<c10::IValue>()> box_args) {
+  const auto& schema = op.schema();
+  uint64_t repeat_key = args_hash;
+  mix(repeat_key, reinterpret_cast<uintptr_t>(&schema));
+  repeat_key |= 1; // 0 marks an empty slot
+  auto& cached = t_repeats.slot(repeat_key);
+  if (cached.first == repeat_key) {
+    g_calls.fetch_add(1, std::memory_order_relaxed);
+    g_repeats.fetch_add(1, std::memory_order_relaxed);
+    cached.second->calls.fetch_add(1, std::memory_order_relaxed);
+    cached.second->op->calls.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // The op's own hash is cached per schema so the hot path never formats a
+  // string; the arguments were hashed by the caller, outside the lock.
+  uint64_t h = g_salt.load(std::memory_order_relaxed);
+  std::string name;
+  py::object* callback = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_calls.fetch_add(1, std::memory_order_relaxed);
+    auto [it, inserted] = g_ops.try_emplace(&schema);
+    auto& counts = it->second;
+    if (inserted) {
+      std::ostringstream os;
+      os << schema.operator_name();
+      counts.name = os.str();
+      counts.name_hash = std::hash<std::string>{}(counts.name);
+    }
+    counts.calls.fetch_add(1, std::memory_order_relaxed);
+    mix(h, counts.name_hash);
+    mix(h, args_hash);
+    auto& signature = g_signatures[h];
+    signature.op = &counts;
+    signature.calls.fetch_add(1, std::memory_order_relaxed);
+    cached = {repeat_key, &signature};
+    if (signature.seen) {
+      g_repeats.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    signature.seen = true;
+    ++g_seen;
+    ++counts.signatures;
+    if (g_callback == nullptr) {
+      return;
+    }
+    callback = g_callback;
+    name = counts.name;
+  }
+  notify_new_signature(callback, name, h, box_args());
+}
+
+} // namespace
+
+bool accounting_enabled() {
+  return g_enabled.load(std::memory_order_relaxed);
+}
+
+void account_call(
+    const c10::OperatorHandle& op,
+    const KeyBuilder& key,
+    c10::function_ref<std::vector<c10::IValue>()> box_args) {
+  if (key.has_empty_tensor()) {
+    return;
+  }
+  // The real product makes a strided input contiguous with its own kernel
+  // before the op runs.
+  for (const at::Tensor* input : key.non_contiguous()) {
+    KeyBuilder contiguity;
+    contiguity.tensor(*input);
+    account_signature(contiguity_op(), contiguity.hash(), [&] {
+      return std::vector<c10::IValue>{*input};
+    });
+  }
+  account_signature(op, key.hash(), box_args);
+}
+
+static KeyBuilder boxed_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  const auto masks = argument_masks(op.schema());
+  KeyBuilder key;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto bit = i < 64 ? uint64_t{1} << i : 0;
+    key.value(args[i], (masks.is_static & bit) != 0, (masks.is_out & bit) != 0);
+  }
+  return key;
+}
+
+void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t n = op.schema().arguments().size();
+  const c10::ArrayRef<c10::IValue> args(stack.data() + stack.size() - n, n);
+  account_call(op, boxed_key(op, args), [&] { return args.vec(); });
+}
+
+std::string signature_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  std::ostringstream name;
+  name << op.schema().operator_name();
+  uint64_t h = g_salt.load();
+  mix(h, std::hash<std::string>{}(name.str()));
+  mix(h, boxed_key(op, args).hash());
+  return hex_key(h);
+}
+
+void set_accounting(bool enabled, uint64_t salt) {
+  g_salt = salt;
+  g_generation.fetch_add(1);
+  g_enabled = enabled;
+}
+
+void set_signature_callback(py::object fn) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (fn.is_none()) {
+    g_callback = nullptr; // the previous object is leaked, see above
+    return;
+  }
+  if (g_callback == nullptr) {
+    g_callback = new py::object();
+  }
+  *g_callback = std::move(fn);
+}
+
+AccountingStats accounting_stats() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  AccountingStats stats{g_calls.load(), g_repeats.load(), g_seen, {}};
+  for (const auto& [key, counts] : g_ops) {
+    const uint64_t calls = counts.calls.load(std::memory_order_relaxed);
+    if (calls > 0) {
+      stats.ops.push_back({counts.name, calls, counts.signatures});
+    }
+  }
+  return stats;
+}
+
+std::vector<std::pair<std::string, uint64_t>> signature_calls() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (const auto& [key, signature] : g_signatures) {
+    const uint64_t calls = signature.calls.load(std::memory_order_relaxed);
+    if (calls > 0) {
+      out.emplace_back(hex_key(key), calls);
+    }
+  }
+  return out;
+}
+
+void reset_accounting() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (auto& [key, signature] : g_signatures) {
+    signature.calls = 0;
+    signature.seen = false;
+  }
+  g_seen = 0;
+  for (auto& [key, counts] : g_ops) {
+    counts.calls = 0;
+    counts.signatures = 0;
+  }
+  g_calls = 0;
+  g_repeats = 0;
+  g_generation.fetch_add(1);
+}
+
+void forget_signatures() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (auto& [key, signature] : g_signatures) {
+    signature.seen = false;
+  }
+  g_seen = 0;
+  g_generation.fetch_add(1);
+}
+
+} // namespace torch_neuronx

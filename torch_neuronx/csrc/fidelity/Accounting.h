@@ -1,0 +1,61 @@
+// Per-signature kernel accounting (Accounting.cpp): what Trainium would
+// compile. Called once per executed kernel by the fallback and the fast path
+// when accounting is on; the key itself is built by KernelKey.h.
+#pragma once
+
+#include "fidelity/KernelKey.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/util/FunctionRef.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace torch_neuronx {
+
+bool accounting_enabled();
+// `salt`: the compiler configuration (target, LNC, opt level, flags).
+void set_accounting(bool enabled, uint64_t salt);
+// Python callable run for each signature new to this process (None: none),
+// as fn(op overload name, key hex, readable signature, arguments) where the
+// arguments are a tuple with every tensor replaced by a meta tensor.
+void set_signature_callback(pybind11::object fn);
+
+// One call keyed into `key`. A call with an empty tensor runs no kernel and
+// is not counted; each strided input first counts the contiguity kernel.
+// `box_args` gives the call's arguments; it runs only for a new signature.
+void account_call(
+    const c10::OperatorHandle& op,
+    const KeyBuilder& key,
+    c10::function_ref<std::vector<c10::IValue>()> box_args);
+// The boxed form: the arguments are on top of the stack.
+void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+// The hex key the boxed fallback gives this call (the key new signatures are
+// reported and counted under), under the current compiler salt.
+std::string signature_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args);
+
+struct OpAccount {
+  std::string name;
+  uint64_t calls;
+  uint64_t signatures;
+};
+struct AccountingStats {
+  uint64_t calls;
+  uint64_t repeats;
+  uint64_t signatures;
+  std::vector<OpAccount> ops; // ops called since the last reset
+};
+AccountingStats accounting_stats();
+// Calls per signature key (hex) since the last reset, for signatures called
+// at least once.
+std::vector<std::pair<std::string, uint64_t>> signature_calls();
+// Zero every counter and forget seen signatures.
+void reset_accounting();
+// Forget which signatures were seen (counters stay): each one reaches the
+// callback again, which is how op tracking is re-armed after a clear.
+void forget_signatures();
+
+} // namespace torch_neuronx

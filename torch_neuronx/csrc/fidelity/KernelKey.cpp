@@ -1,0 +1,168 @@
+// The eager kernel key: hashing one call's arguments (see KernelKey.h).
+#include "fidelity/KernelKey.h"
+
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+namespace torch_neuronx {
+namespace {
+
+// Tags for what goes into the key by type only.
+enum Tag : uint64_t {
+  kUndefinedTensor = 0xdead,
+  kNone = 7,
+  kInt = 11,
+  kFloat = 13,
+  kBool = 17,
+  kComplex = 19,
+  kString = 23,
+};
+
+inline void mix(uint64_t& h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+}
+
+uint64_t bits_of(double d) {
+  uint64_t bits;
+  std::memcpy(&bits, &d, sizeof bits);
+  return bits;
+}
+
+std::mutex g_rows_mutex;
+std::vector<std::pair<std::string, std::string>> g_rows;
+// Bumped by set_static_arguments: invalidates every thread's mask cache.
+std::atomic<uint64_t> g_rows_generation{1};
+
+// '*' matches any run of characters.
+bool glob_match(const char* pattern, const char* text) {
+  if (*pattern == '\0') {
+    return *text == '\0';
+  }
+  if (*pattern == '*') {
+    return glob_match(pattern + 1, text) || (*text != '\0' && glob_match(pattern, text + 1));
+  }
+  return *pattern == *text && glob_match(pattern + 1, text + 1);
+}
+
+ArgumentMasks compute_masks(const c10::FunctionSchema& schema) {
+  const std::string& name = schema.name();
+  const std::string overload =
+      schema.overload_name().empty() ? name : name + "." + schema.overload_name();
+  const auto& arguments = schema.arguments();
+  ArgumentMasks masks;
+  for (size_t i = 0; i < arguments.size() && i < 64; ++i) {
+    const auto& alias = arguments[i].alias_info();
+    if (arguments[i].kwarg_only() && alias != nullptr && alias->isWrite()) {
+      masks.is_out |= uint64_t{1} << i;
+    }
+  }
+  std::lock_guard<std::mutex> lock(g_rows_mutex);
+  for (const auto& [pattern, argument] : g_rows) {
+    if (!glob_match(pattern.c_str(), name.c_str()) &&
+        !glob_match(pattern.c_str(), overload.c_str())) {
+      continue;
+    }
+    for (size_t i = 0; i < arguments.size() && i < 64; ++i) {
+      if (arguments[i].name() == argument) {
+        masks.is_static |= uint64_t{1} << i;
+      }
+    }
+  }
+  return masks;
+}
+
+// Direct-mapped per-thread cache: a schema's mask costs one probe per call.
+struct MaskCache {
+  struct Slot {
+    const c10::FunctionSchema* schema = nullptr;
+    uint64_t generation = 0;
+    ArgumentMasks masks;
+  };
+  std::array<Slot, 512> slots{};
+};
+thread_local MaskCache t_masks;
+
+} // namespace
+
+void KeyBuilder::tensor(const at::Tensor& t, bool is_out) {
+  if (!t.defined()) {
+    mix(hash_, kUndefinedTensor);
+    return;
+  }
+  mix(hash_, static_cast<uint64_t>(t.scalar_type()));
+  mix(hash_, static_cast<uint64_t>(t.dim()));
+  for (auto s : t.sizes()) {
+    mix(hash_, static_cast<uint64_t>(s));
+  }
+  if (is_out) {
+    return;
+  }
+  if (t.numel() == 0) {
+    has_empty_ = true;
+  } else if (!t.is_contiguous()) {
+    non_contiguous_.push_back(&t);
+  }
+}
+
+void KeyBuilder::integer(int64_t v, bool is_static) {
+  mix(hash_, is_static ? static_cast<uint64_t>(v) : kInt);
+}
+
+void KeyBuilder::none() {
+  mix(hash_, kNone);
+}
+
+void KeyBuilder::value(const c10::IValue& v, bool is_static, bool is_out) {
+  if (v.isTensor()) {
+    tensor(v.toTensor(), is_out);
+  } else if (v.isList()) {
+    // Tensor lists too; their elements live in the list the caller holds.
+    for (const auto& e : v.toListRef()) {
+      value(e, is_static, is_out);
+    }
+  } else if (v.isInt()) {
+    integer(v.toInt(), is_static);
+  } else if (v.isDouble()) {
+    mix(hash_, is_static ? bits_of(v.toDouble()) : kFloat);
+  } else if (v.isBool()) {
+    mix(hash_, is_static ? (v.toBool() ? 3 : 5) : kBool);
+  } else if (v.isComplexDouble()) {
+    const auto c = v.toComplexDouble();
+    if (is_static) {
+      mix(hash_, bits_of(c.real()));
+      mix(hash_, bits_of(c.imag()));
+    } else {
+      mix(hash_, kComplex);
+    }
+  } else if (v.isString()) {
+    mix(hash_, is_static ? std::hash<std::string>{}(v.toStringRef()) : kString);
+  } else if (v.isNone()) {
+    none();
+  }
+  // Devices and generators do not change the compiled kernel.
+}
+
+ArgumentMasks argument_masks(const c10::FunctionSchema& schema) {
+  const uint64_t generation = g_rows_generation.load(std::memory_order_acquire);
+  auto& slot = t_masks.slots[(reinterpret_cast<uintptr_t>(&schema) >> 4) % t_masks.slots.size()];
+  if (slot.schema != &schema || slot.generation != generation) {
+    slot = {&schema, generation, compute_masks(schema)};
+  }
+  return slot.masks;
+}
+
+void set_static_arguments(std::vector<std::pair<std::string, std::string>> rows) {
+  for (const auto& [pattern, argument] : rows) {
+    TORCH_CHECK(!pattern.empty() && !argument.empty(),
+                "static argument rows need an op pattern and an argument name, got ('",
+                pattern, "', '", argument, "')");
+  }
+  std::lock_guard<std::mutex> lock(g_rows_mutex);
+  g_rows = std::move(rows);
+  g_rows_generation.fetch_add(1);
+}
+
+} // namespace torch_neuronx

@@ -1,0 +1,18 @@
+// 64-bit value semantics (Narrowing.cpp): Trainium stores int64 as int32 and
+// float64 as float32.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace torch_neuronx {
+
+// 0 = off, 1 = narrow (warn once), 2 = strict (raise); 0 on a thread that
+// suspended narrowing (printing).
+int narrowing_mode();
+int configured_narrowing_mode();
+void set_narrowing_mode(int mode);
+void suspend_narrowing(bool suspend);
+// Narrows int64/float64 values in place (on a CPU alias of device memory).
+void narrow_64bit_inplace(const at::Tensor& cpu_view_of_device_memory);
+
+} // namespace torch_neuronx

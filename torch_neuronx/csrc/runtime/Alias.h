@@ -1,0 +1,14 @@
+// Zero-copy bridges between neuron memory and CPU tensors (Alias.cpp).
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace torch_neuronx {
+
+// A CPU tensor over the same bytes as the neuron tensor `t`; keeps `t`'s
+// storage alive. Used by the fallback, the process group and compiled graphs.
+at::Tensor cpu_alias(const at::Tensor& t);
+// The inverse: a neuron tensor taking ownership of a CPU tensor's storage.
+at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index);
+
+} // namespace torch_neuronx

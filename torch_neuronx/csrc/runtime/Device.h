@@ -1,0 +1,40 @@
+// The emulated device's topology and the thread-local current core.
+//
+// Configured once from Python at import (runtime/profiles.py chooses the
+// instance profile): how many logical cores this process sees. C++ only
+// stores the figures.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+
+namespace torch_neuronx {
+
+constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
+
+inline bool is_neuron(const at::Tensor& t) {
+  return t.defined() && t.device().type() == kNeuron;
+}
+
+// Called by configure_devices (Allocator.h), which also sets each core's HBM.
+void set_device_count(int64_t count);
+c10::DeviceIndex device_count() noexcept;
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex index);
+// Also the default of threads that never called set_device (torchrun ranks
+// set LOCAL_RANK here, as the real runtime does).
+void set_default_device(c10::DeviceIndex index);
+void check_device_index(c10::DeviceIndex index);
+// Set once the runtime has done work (first allocation); mirrors
+// `torch.neuron.is_initialized()`.
+bool runtime_initialized();
+void mark_runtime_initialized();
+// A message raised on the first device use (empty = none). The distributed
+// layer sets it under torchrun until `init_process_group("neuron")` runs, as
+// the real runtime refuses to start before the process group exists.
+void set_init_error(std::string message);
+
+} // namespace torch_neuronx

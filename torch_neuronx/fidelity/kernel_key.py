@@ -1,0 +1,79 @@
+"""The eager kernel key's static arguments: the data behind "what recompiles".
+
+The real product keys an eager kernel by the op overload, each tensor's shape
+and dtype, the *type* of every other Python scalar (a new value is a runtime
+input, not a compile) and the *value* of the arguments an op declares static
+(notes §1, ``/work/shared/research/torchneuron-source-2026-04.md``; TR = the
+April 2026 torch-neuronx source the notes cite). This table lists those static
+arguments, one row per (op, argument name), each with its source. C++ resolves
+it once per schema to a bitmask of argument indices (``fidelity/Accounting.cpp``),
+so the per-call cost does not depend on the table's size.
+
+``op`` is a full overload (``aten::add.Tensor``), an op name covering all its
+overloads (``aten::add``), or a glob with ``*`` (``*`` alone: every op).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from .. import _C
+
+
+@dataclass(frozen=True)
+class StaticArgument:
+    op: str
+    argument: str
+    source: str
+
+
+_BINARY = "TR torch_neuronx/python_ops/torch_mlir/ops/binary.py"
+_FOREACH = "TR torch_neuronx/python_ops/torch_mlir/ops/foreach_ops.py:120, 217, 445, 518, 587"
+_REDUCTION = ("TR torch_neuronx/python_ops/torch_mlir/ops/reduction.py, misc.py "
+              "(dims / keepdim / dtype of reductions, softmax, etc.; the emulator applies it to every op)")
+
+STATIC_ARGUMENTS: tuple[StaticArgument, ...] = (
+    StaticArgument("aten::add", "alpha", f"{_BINARY}:8-9"),
+    StaticArgument("aten::add_", "alpha", f"{_BINARY}:8-9"),
+    StaticArgument("aten::sub", "alpha", f"{_BINARY}:24-25"),
+    StaticArgument("aten::sub_", "alpha", f"{_BINARY}:24-25"),
+    StaticArgument("aten::pow", "exponent", f"{_BINARY}:49-50"),
+    StaticArgument("aten::pow_", "exponent", f"{_BINARY}:49-50"),
+    StaticArgument("aten::div", "rounding_mode", f"{_BINARY}:31-33"),
+    StaticArgument("aten::div_", "rounding_mode", f"{_BINARY}:31-33"),
+    StaticArgument("aten::fill_", "value", "TR torch_neuronx/python_ops/torch_mlir/ops/creation.py:44-50"),
+    StaticArgument("aten::addmm", "beta", "TR torch_neuronx/python_ops/torch_mlir/ops/linear_algebra.py:28"),
+    StaticArgument("aten::addmm", "alpha", "TR torch_neuronx/python_ops/torch_mlir/ops/linear_algebra.py:28"),
+    StaticArgument("aten::index_add", "alpha", "TR torch_neuronx/python_ops/torch_mlir/ops/indexing.py:85-88"),
+    StaticArgument("aten::native_dropout", "p", "TR torch_neuronx/python_ops/torch_mlir/ops/dropout.py:8-11"),
+    StaticArgument("aten::softplus", "beta", "TR torch_neuronx/python_ops/torch_mlir/ops/activation.py:34"),
+    StaticArgument("aten::softplus", "threshold", "TR torch_neuronx/python_ops/torch_mlir/ops/activation.py:34"),
+    StaticArgument("aten::threshold", "threshold", "TR torch_neuronx/python_ops/torch_mlir/ops/misc.py:135"),
+    StaticArgument("aten::threshold", "value", "TR torch_neuronx/python_ops/torch_mlir/ops/misc.py:135"),
+    StaticArgument("aten::_foreach_add_", "alpha", _FOREACH),
+    StaticArgument("aten::_foreach_sub_", "alpha", _FOREACH),
+    StaticArgument("*", "dim", _REDUCTION),
+    StaticArgument("*", "keepdim", _REDUCTION),
+    StaticArgument("*", "dtype", _REDUCTION),
+)
+
+_OP_PATTERN = re.compile(r"^(\*|[\w*]+::[\w*]+(\.[\w*]+)?)$")
+_ARGUMENT = re.compile(r"^\w+$")
+
+
+def validate(rows) -> list[tuple[str, str]]:
+    """The (op, argument) pairs of ``rows``; a malformed row is a ValueError."""
+    pairs = []
+    for row in rows:
+        if not _OP_PATTERN.match(row.op):
+            raise ValueError(f"static argument row {row!r}: op must be 'ns::name', "
+                             "'ns::name.overload' or a glob of those with '*'")
+        if not _ARGUMENT.match(row.argument):
+            raise ValueError(f"static argument row {row!r}: argument must be a schema argument name")
+        pairs.append((row.op, row.argument))
+    return pairs
+
+
+def install(rows=STATIC_ARGUMENTS) -> None:
+    """Push the table to C++ (cached per-schema masks are recomputed)."""
+    _C._set_static_arguments(validate(rows))
