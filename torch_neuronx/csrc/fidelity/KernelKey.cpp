@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
-#include <sstream>
 
 namespace torch_neuronx {
 namespace {
