@@ -1,4 +1,5 @@
 """Shared test set-up: offline Hugging Face, a private NEFF cache, seeds."""
+import logging
 import os
 import tempfile
 
@@ -19,3 +20,15 @@ import torch_neuronx  # noqa: E402,F401  (registers the device even with autoloa
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def neuron_log():
+    """Records of the ``torch_neuronx`` logger (it does not propagate to the root logger)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("torch_neuronx")
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
