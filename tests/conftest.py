@@ -19,3 +19,18 @@ import torch_neuronx  # noqa: E402,F401  (registers the device even with autoloa
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def neuron_log():
+    """Records of the ``torch_neuronx`` logger (it does not propagate to the root logger, so
+    pytest's ``caplog`` does not see them)."""
+    import logging
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("torch_neuronx")
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)

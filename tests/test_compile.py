@@ -133,20 +133,12 @@ def test_dynamic_shapes_are_rejected_with_the_product_message():
     assert torch_neuronx.get_dynamo_metrics()["graphs_compiled"] == 0
 
 
-def test_mode_other_than_default_logs_the_real_warning_and_compiles():
+def test_mode_other_than_default_logs_the_real_warning_and_compiles(neuron_log):
     # Notes §3 (`backend.py:289-293`): a warning on each backend call, compilation continues.
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = logging.getLogger("torch_neuronx")
-    logger.addHandler(handler)
-    try:
-        x = torch.randn(4, 8, device="neuron")
-        out = torch.compile(torch.tanh, backend="neuron", mode="max-autotune")(x)
-    finally:
-        logger.removeHandler(handler)
+    x = torch.randn(4, 8, device="neuron")
+    out = torch.compile(torch.tanh, backend="neuron", mode="max-autotune")(x)
     torch.testing.assert_close(out.cpu(), torch.tanh(x.cpu()))
-    assert [r.getMessage() for r in records if r.levelno == logging.WARNING] == [
+    assert [r.getMessage() for r in neuron_log if r.levelno == logging.WARNING] == [
         "Neuron backend does not support mode='max-autotune', falling back to default mode."
     ]
 

@@ -8,7 +8,6 @@ lower fails with the real message or falls back when allowed. Eager kernels:
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import re
 
@@ -44,18 +43,6 @@ def _fresh(tmp_path, monkeypatch):
         yield
     torch._dynamo.reset()
     use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
-
-
-@pytest.fixture
-def neuron_log():
-    """Records of the ``torch_neuronx`` logger (it does not propagate to the root logger)."""
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    logger = logging.getLogger("torch_neuronx")
-    logger.addHandler(handler)
-    yield records
-    logger.removeHandler(handler)
 
 
 def _mlp() -> nn.Module:
