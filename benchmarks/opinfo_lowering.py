@@ -125,15 +125,18 @@ def sweep_isolated(names: list[str], chunk: int = 40) -> dict:
         out = Path(tmp) / "part.json"
         while pending:
             part = pending.pop(0)
-            proc = subprocess.run([sys.executable, "-m", "benchmarks.opinfo_lowering", "--ops", ",".join(part),
-                                   "--json", str(out)], capture_output=True, text=True)
-            if proc.returncode == 0:
+            command = [sys.executable, "-m", "benchmarks.opinfo_lowering", "--ops", ",".join(part), "--json", str(out)]
+            try:
+                returncode = subprocess.run(command, capture_output=True, text=True, timeout=900).returncode
+            except subprocess.TimeoutExpired:  # torch-mlir can also loop: counted like a crash
+                returncode = "timeout"
+            if returncode == 0:
                 merged.update(json.loads(out.read_text())["ops"])
             elif len(part) > 1:
                 pending[:0] = [[name] for name in part]
             else:
                 merged[part[0]] = {"status": "does not lower", "kernels": [], "unchecked_kernels": {},
-                                   "failing_kernels": {"?": f"crash: torch-mlir ended the process ({proc.returncode})"}}
+                                   "failing_kernels": {"?": f"crash: torch-mlir ended the process ({returncode})"}}
     return _summarise(merged, {})
 
 
