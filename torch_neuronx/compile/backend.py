@@ -111,16 +111,24 @@ def _lower_and_account(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], record: NeuronCompilationMetrics
 ) -> None:
     """StableHLO of ``gm`` (already on CPU), its graph key, artifact and cache outcome, into ``record``."""
-    lowered = stablehlo.lower_fx_graph(gm)  # function "main": the key must not depend on the AOT counter
+    try:
+        lowered = stablehlo.lower_fx_graph(gm)  # function "main": the key must not depend on the AOT counter
+    except stablehlo.LoweringError as exc:
+        if exc.unsupported:
+            raise
+        _log.warning("graph %s not checked for StableHLO: %s", record.graph_name, exc)
+        record.lowering = "not checked (torch-mlir failed without naming an op)"
+        lowered = None
     if lowered is not None:
         record.torch_neuronx_lower_us = lowered.seconds * 1e6
         record.stablehlo_op_count = lowered.op_count
         record.lowering = "lowered"
         stablehlo.write_artifact(record.graph_name, lowered.text)
     text = lowered.text if lowered is not None else gm.code
-    record.graph_id = stablehlo.graph_key(text, example_inputs, _graph_outputs(gm), _graph_compiler_config())
+    compiler = _graph_compiler_config()
+    record.graph_id = stablehlo.graph_key(text, example_inputs, _graph_outputs(gm), compiler)
     record.neff_cache = cache.claim_graph(
-        record.graph_id, {"op": record.graph_name, "signature": "compiled graph", "compiler": "-O2"}
+        record.graph_id, {"op": record.graph_name, "signature": "compiled graph", "compiler": compiler}
     )
     if record.neff_cache == "compiled":
         record.estimated_compile_s = estimated_compile_seconds(record.stablehlo_op_count)
@@ -216,8 +224,16 @@ def _copy_cpu_inputs_to_device(
     example_inputs: Sequence[Any],
 ) -> tuple[list[Any], list[int]]:
     """CPU tensor inputs are copied to the device, as the real executor does (notes §3);
-    ``TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1`` makes them an error instead."""
-    on_cpu = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor) and x.device.type == "cpu"]
+    ``TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1`` makes them an error instead.
+
+    0-dim CPU tensors stay where they are: PyTorch lets them mix with device
+    tensors as scalars, and an in-place update of one (an optimizer's ``step``)
+    must stay visible to the caller.
+    """
+    on_cpu = [
+        i for i, x in enumerate(example_inputs)
+        if isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dim() > 0
+    ]
     if not on_cpu:
         return list(example_inputs), []
     if get_flag("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY"):

@@ -18,7 +18,6 @@ from collections import defaultdict
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
@@ -37,7 +36,8 @@ def eager_lowering_enabled() -> bool:
 class LoweringResult:
     """Whether one kernel signature lowers to StableHLO.
 
-    ``lowered`` is None when nothing was checked (torch-mlir absent);
+    ``lowered`` is None when nothing was checked (torch-mlir absent, or it
+    failed without naming an op);
     ``stage`` says where a failure happened: ``"resolve"`` (no such op),
     ``"trace"`` (make_fx/functionalisation: e.g. a data-dependent output shape)
     or ``"lower"`` (torch-mlir has no lowering).
@@ -97,12 +97,7 @@ def _trace(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> torch.
         tracing_mode="fake",
     )
     # Fake CPU twins of the meta inputs: no memory, and ops that copy (``_to_copy``) trace.
-    with FakeTensorMode():
-        inputs = [
-            torch.empty_strided(flat[i].shape, flat[i].stride(), dtype=flat[i].dtype, device="cpu")
-            for i in positions
-        ]
-    return traced(*inputs)
+    return traced(*stablehlo.fake_cpu_twins([flat[i] for i in positions]))
 
 
 def lower_kernel(op: str, args: tuple, kwargs: dict | None = None) -> LoweringResult:
@@ -120,9 +115,9 @@ def lower_kernel(op: str, args: tuple, kwargs: dict | None = None) -> LoweringRe
         return LoweringResult(op, False, stage="trace", reason=_first_line(exc),
                               seconds=time.perf_counter() - start)
     try:
-        lowered = stablehlo.lower_fx_graph(gm, name=op.replace("::", "_").replace(".", "_"))
-    except stablehlo.LoweringError as exc:
-        return LoweringResult(op, False, stage="lower", reason=str(exc),
+        lowered = stablehlo.lower_fx_graph(gm, name=op.replace("::", "_").replace(".", "_"), decompose=False)
+    except stablehlo.LoweringError as exc:  # not ``unsupported``: nothing is known (lowered=None)
+        return LoweringResult(op, False if exc.unsupported else None, stage="lower", reason=str(exc),
                               seconds=time.perf_counter() - start)
     return LoweringResult(op, True, stablehlo_op_count=lowered.op_count,
                           seconds=time.perf_counter() - start)

@@ -57,7 +57,7 @@ class NeuronCompilationMetrics:
     torch_neuronx_lower_us: float = 0.0
     torch_neuronx_compile_us: float = 0.0
     stablehlo_op_count: int | None = None  # None: not lowered (torch-mlir absent or the graph fell back)
-    lowering: str = "not checked"  # "lowered" | "failed: <reason>" | "not checked"
+    lowering: str = "not checked"  # "lowered" | "not checked" (torch-mlir absent, or failed naming no op)
     neff_cache: str = "compiled"  # "compiled" | "memory hit" | "disk hit"
     estimated_compile_s: float = 0.0
     timings: str = "host"

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..runtime.log import get_logger
 from ..runtime.settings import get_flag, get_str
@@ -35,11 +37,18 @@ _warned_missing = False
 
 
 class LoweringError(RuntimeError):
-    """torch-mlir could not lower a graph to StableHLO; ``diagnostics`` holds its messages."""
+    """torch-mlir could not lower a graph to StableHLO; ``diagnostics`` holds its messages.
+
+    ``unsupported`` is True when torch-mlir named what it cannot lower (an op
+    or a type): what would fail on Trainium too. False means it failed
+    without saying why (an internal error of the pipeline or of our re-trace),
+    which says nothing about the graph.
+    """
 
     def __init__(self, message: str, diagnostics: Sequence[str] = ()):
         super().__init__(message)
         self.diagnostics = list(diagnostics)
+        self.unsupported = bool(self.diagnostics)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,32 +83,55 @@ def _is_input_write(node: torch.fx.Node) -> bool:
     )
 
 
+# The emulator's attention kernels (its stand-in for the NKI flash-attention kernels, which are
+# custom calls inside a Trainium graph): cut out of the StableHLO, their results become inputs.
+CUSTOM_KERNELS = frozenset({
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+})
+
+
 def functional_form(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A copy of ``gm`` that StableHLO can express: values in, tensors out.
 
-    Two rewrites the real product also makes before lowering (its
+    Rewrites the real product also makes before lowering (its
     ``mutation_info`` and ``none_output_info``): a write into an input
     (``copy_(input, value)``, how AOTAutograd keeps input mutations) becomes an
     extra output aliased to that input, and outputs that are not tensors
     (``None`` gradients of inputs that need none) are dropped. A device move
-    (``x.cpu()`` in the graph) is the identity: StableHLO has one device.
+    (``x.cpu()`` in the graph) is the identity: StableHLO has one device. A
+    :data:`CUSTOM_KERNELS` call is cut out: its tensor arguments become
+    outputs and its results inputs, as around a custom call.
     """
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
-    written: list[torch.fx.Node] = []
-    for node in gm.graph.nodes:
+    extra_outputs: list[torch.fx.Node] = []
+    nodes = list(gm.graph.nodes)
+    for node in nodes:
+        if node.op == "placeholder":
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    for kernel in (n for n in nodes if n.op == "call_function" and n.target in CUSTOM_KERNELS):
+        for user in kernel.users:
+            result = graph.placeholder(f"{user.name}_from_kernel")
+            result.meta["val"] = user.meta.get("val")
+            env[user] = result
+    for node in nodes:
+        if node.op == "placeholder" or node in env:
+            continue
         if node.op == "call_function" and node.target is torch.ops.prims.device_put.default:
             env[node] = env[node.args[0]]
+        elif node.op == "call_function" and node.target in CUSTOM_KERNELS:
+            extra_outputs.extend(env[a] for a in node.all_input_nodes)
         elif _is_input_write(node):
             env[node] = env[node.args[1]]
-            written.append(env[node])
+            extra_outputs.append(env[node])
         elif node.op == "output":
             values = node.args[0] if isinstance(node.args[0], (list, tuple)) else (node.args[0],)
             kept = [
                 env[v] for v in values
                 if isinstance(v, torch.fx.Node) and isinstance(v.meta.get("val"), torch.Tensor)
             ]
-            graph.output(tuple(kept + [w for w in written if w not in kept]))
+            graph.output(tuple(kept + [w for w in dict.fromkeys(extra_outputs) if w not in kept]))
         else:
             env[node] = graph.node_copy(node, lambda n: env[n])
     return torch.fx.GraphModule(gm, graph)
@@ -144,12 +176,44 @@ def _summary(diagnostics: Sequence[str], exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def lower_fx_graph(gm: torch.fx.GraphModule, name: str = "main") -> Lowered | None:
+def fake_cpu_twins(values: Sequence[Any]) -> list[Any]:
+    """Fake CPU tensors with the sizes, strides and dtypes of the tensors in ``values``
+    (other values unchanged): tracing inputs that cost no memory and sit on one device."""
+    with FakeTensorMode():
+        return [
+            torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="cpu") if isinstance(v, torch.Tensor) else v
+            for v in values
+        ]
+
+
+def _view_as_reshape(tensor: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
+    return torch.ops.aten._unsafe_view.default(tensor.contiguous(), size)
+
+
+def decomposed(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``gm`` re-traced with torch-mlir's decomposition table, which its FX route applies before
+    import (``export_and_import``); the real product likewise decomposes in AOTAutograd.
+
+    Views become reshapes: a decomposed op (the math form of the attention
+    kernel) may return other strides than the kernel the graph was traced with,
+    and StableHLO has no strides anyway.
+    """
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    table = {**get_decomposition_table(), torch.ops.aten.view.default: _view_as_reshape}
+    table.pop(torch.ops.aten._unsafe_view.default)  # it decomposes into view: keep it, torch-mlir lowers it
+    inputs = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    trace = make_fx(torch.fx.Interpreter(gm).run, decomposition_table=table, tracing_mode="fake")
+    return trace(*fake_cpu_twins(inputs))
+
+
+def lower_fx_graph(gm: torch.fx.GraphModule, name: str = "main", decompose: bool = True) -> Lowered | None:
     """Lower an ATen FX graph (nodes carrying ``meta['val']``) to StableHLO.
 
     Returns ``None`` when torch-mlir is not installed. Raises
     :class:`LoweringError` with torch-mlir's diagnostics when an op cannot be
-    lowered.
+    lowered. ``decompose=False`` for a graph already traced with torch-mlir's
+    decompositions.
     """
     if not available():
         return None
@@ -169,8 +233,9 @@ def lower_fx_graph(gm: torch.fx.GraphModule, name: str = "main") -> Lowered | No
 
     context.attach_diagnostic_handler(collect)
     try:
+        graph = functional_form(gm)
         module = mlir_fx.stateless_fx_import(
-            functional_form(gm), output_type="stablehlo", model_name=name,
+            decomposed(graph) if decompose else graph, output_type="stablehlo", model_name=name,
             fx_importer=FxImporter(context=context),
         )
     except Exception as exc:  # torch-mlir raises its own error types, and Python errors on unknown ops
