@@ -54,9 +54,30 @@ def rank_config(config, tp: int, layers: int):
     return AutoConfig.for_model(model_type, **data)
 
 
+def _activation_tracker():
+    """A ``MemTracker`` that also keeps the peak of activations + temporaries on their own.
+
+    The tracker's own peak is the peak of the *total*, which for a big model's
+    rank is the end of backward (all gradients, activations freed); activations
+    must be sized at their own peak. ``_update_peak_stats`` is the tracker's
+    per-allocation hook.
+    """
+    from torch.distributed._tools.mem_tracker import MemTracker, _MemRefType
+
+    class ActivationPeakTracker(MemTracker):
+        activation_peak = 0
+
+        def _update_peak_stats(self, peak_state) -> None:
+            super()._update_peak_stats(peak_state)
+            for snap in self._curr_mem_snap.values():
+                now = snap.get(_MemRefType.ACT, 0) + snap.get(_MemRefType.TEMP, 0)
+                self.activation_peak = max(self.activation_peak, now)
+
+    return ActivationPeakTracker()
+
+
 def _run(config, work: Workload, layers: int, projector: Projector) -> tuple[float, Counter, Counter]:
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.distributed._tools.mem_tracker import MemTracker
     from transformers import AutoModelForCausalLM
 
     cfg = rank_config(config, work.tp, layers)
@@ -64,13 +85,13 @@ def _run(config, work: Workload, layers: int, projector: Projector) -> tuple[flo
     with FakeTensorMode():
         model = AutoModelForCausalLM.from_config(cfg, dtype=work.dtype, attn_implementation="sdpa")
         ids = torch.zeros(work.batch, work.seq_len, dtype=torch.long)
-        tracker = MemTracker()
+        tracker = _activation_tracker()
         tracker.track_external(model)
         with tracker, ProjectionMode(projector) as run:
             if work.mode == "train":
                 model.train()
                 if work.checkpointing:
-                    model.gradient_checkpointing_enable({"use_reentrant": False})
+                    model.activation_checkpointing_enable({"use_reentrant": False})
                 model(input_ids=ids, labels=ids).loss.backward()
             else:
                 model.eval()
@@ -79,9 +100,7 @@ def _run(config, work: Workload, layers: int, projector: Projector) -> tuple[flo
                     with ProjectionMode(projector) as step:
                         model(input_ids=ids[:, :1], past_key_values=out.past_key_values, use_cache=True)
                     decode = step.calls
-        peak = next(iter(tracker.get_tracker_snapshot("peak").values()))
-    kinds = {str(k.value) if hasattr(k, "value") else k: v for k, v in peak.items()}
-    return float(kinds["Activation"] + kinds["Temp"]), run.calls, decode
+    return float(tracker.activation_peak), run.calls, decode
 
 
 def _affine(one, two, layers: int):
