@@ -102,11 +102,12 @@ class Planner:
             "optimizer_state": 2 * p["per_rank"] * item if train else 0,  # AdamW exp_avg + exp_avg_sq
             "activations_peak": self.traced(layout.tp, layout.batch, layout.checkpointing, layout.lnc)
             .activation_bytes,
-            "kv_cache_growth": self.kv_cache_growth(layout),
             # FSDP2: the current and the prefetched layer gathered, plus one layer's unsharded gradients
             "collective_buffers": (2 * gathered + (gathered if train else 0)),
             "runtime_reserve": RUNTIME_RESERVE_BYTES,
         }
+        if not train:
+            parts["kv_cache_growth"] = self.kv_cache_growth(layout)
         total = sum(parts.values())
         hbm = self.profile.hbm_per_logical_core(layout.lnc)
         out = {"label": "emulated (traced on fake tensors); runtime_reserve assumed",
@@ -121,8 +122,6 @@ class Planner:
     def kv_cache_growth(self, layout: Layout) -> int:
         """Inference: what the KV cache grows by over the decode steps (the prompt's part is in the
         traced activations): keys and values of every layer, this rank's KV heads."""
-        if self.mode == "train":
-            return 0
         cfg = self.config
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         return (2 * cfg.num_hidden_layers * layout.batch * self.decode_tokens
