@@ -107,6 +107,8 @@ def test_cli_writes_plan_json_and_sweeps(tmp_path, capsys):
     ranked = [r["usd_per_billion_tokens"] for r in data["sweep"]]
     assert ranked == sorted(ranked) and ranked
     assert "fits" in capsys.readouterr().out
+    page = out.with_suffix(".html").read_text()
+    assert "data:image/png;base64," in page and "projected" in page and "Sweep" in page
 
 
 @pytest.mark.parametrize("args, message", [
@@ -127,3 +129,15 @@ def test_cli_unknown_model_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "unknown or unsupported model type 'no-such-model'" in err[0]
     assert "bundled config" in err[1]
+
+
+def test_tiny_inference_plan_counts_kv_cache_growth_and_decode_tokens(tmp_path):
+    planner = Planner(str(_tiny_config_file(tmp_path)), "trn2.3xlarge", 32, mode="infer", dtype="fp32",
+                      decode_tokens=16)
+    plan = planner.plan(Layout(2, 1, 3, False, 2, 1))
+    layers, kv_heads_per_rank, head_dim = 2, 1, 16  # TinySize: 2 layers, 2 KV heads of 16, over TP=2
+    assert plan["memory"]["bytes"]["kv_cache_growth"] == 2 * layers * 3 * 16 * kv_heads_per_rank * head_dim * 4
+    assert plan["memory"]["bytes"]["gradients"] == plan["memory"]["bytes"]["optimizer_state"] == 0
+    assert plan["time"]["tokens_per_step"] == 3 * 16
+    decode_only = Planner(str(tmp_path), "trn2.3xlarge", 32, mode="infer", dtype="fp32", decode_tokens=0)
+    assert decode_only.time(Layout(2, 1, 3, False, 2, 1))["compute_seconds"] < plan["time"]["compute_seconds"]

@@ -10,6 +10,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from torch_neuronx.plan import Layout, Planner
+    from torch_neuronx.plan.html import render_html
     from torch_neuronx.plan.render import show, show_sweep, write_json
 
     planner = Planner(args.model, args.instance, args.seq_len, "infer" if args.infer else "train", args.dtype,
@@ -24,7 +25,9 @@ def run(args: argparse.Namespace) -> int:
         show_sweep(plan["sweep"], console)
     out = Path(args.out)
     write_json(plan, out)
-    console.print(f"wrote {out}")
+    page = out.with_suffix(".html")
+    page.write_text(render_html(plan), encoding="utf-8")
+    console.print(f"wrote {out} and {page}")
     return 0
 
 
@@ -49,5 +52,5 @@ def add_parser(sub) -> None:
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute each decoder layer")
     p.add_argument("--price-per-hour", type=float, default=None, help="USD per instance-hour (default: price table)")
     p.add_argument("--sweep", action="store_true", help="rank fitting TP × FSDP × batch layouts by cost per token")
-    p.add_argument("--out", default="plan.json", help="where to write the plan (default plan.json)")
+    p.add_argument("--out", default="plan.json", help="where to write the plan (default plan.json; the page goes beside it as .html)")
     p.set_defaults(func=run)

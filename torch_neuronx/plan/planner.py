@@ -186,10 +186,10 @@ class Planner:
             "collectives_unprojected": comm["unprojected"],
             "step_seconds_no_overlap": step,
             "step_seconds_full_overlap": max(compute["device_seconds"], comm["seconds"]),
-            "tokens_per_step": tokens, "tokens_per_second": tokens / step if step else None,
+            "tokens_per_step": tokens, "tokens_per_second": tokens / step if step and tokens else None,
             "mfu": proj.mfu(compute["flops"], step), "flops_per_rank": compute["flops"],
             "usd_per_step": usd,
-            "usd_per_billion_tokens": usd / tokens * 1e9 if usd is not None else None,
+            "usd_per_billion_tokens": usd / tokens * 1e9 if usd is not None and tokens else None,
             "price": cost["price"],
             "compile": {**compile_, "distinct_kernels_label": "emulated (distinct kernel signatures traced)"},
         }

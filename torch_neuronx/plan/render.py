@@ -52,7 +52,8 @@ def show(plan: dict, console) -> None:
         table.add_row(f"step: collectives over {link}", "not projected", u["reason"])
     table.add_row("step time (no overlap … full overlap)",
                   f"{t['step_seconds_no_overlap']:.3f} … {t['step_seconds_full_overlap']:.3f} s", "projected")
-    table.add_row("tokens/s (whole job)", f"{t['tokens_per_second']:,.0f}", "projected")
+    tps = t["tokens_per_second"]
+    table.add_row("tokens/s (whole job)", "no tokens" if tps is None else f"{tps:,.0f}", "projected")
     table.add_row("MFU", f"{t['mfu']:.1%}", "projected")
     table.add_row("cost per step", _usd(t["usd_per_step"]), "projected")
     table.add_row("cost per billion tokens", _usd(t["usd_per_billion_tokens"]), "projected")
@@ -72,6 +73,6 @@ def show_sweep(rows: list[dict], console) -> None:
     for r in rows:
         lay = r["layout"]
         table.add_row(str(lay["tp"]), str(lay["fsdp"]), str(lay["batch"]), "on" if lay["checkpointing"] else "off",
-                      _gib(r["memory_total_bytes"]), f"{r['step_seconds']:.3f}", f"{r['tokens_per_second']:,.0f}",
+                      _gib(r["memory_total_bytes"]), f"{r['step_seconds']:.3f}", "–" if r["tokens_per_second"] is None else f"{r['tokens_per_second']:,.0f}",
                       f"{r['mfu']:.1%}", _usd(r["usd_per_billion_tokens"]))
     console.print(table if rows else "[red]no layout of the sweep fits[/red]")
