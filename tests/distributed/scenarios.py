@@ -531,3 +531,36 @@ def projected_collectives():
         + ring * (2 * 4096 + 4096 + 4096 * world) / bandwidth
     assert abs(summary["seconds"] - seconds) <= 1e-9 * seconds, (summary, seconds)
     dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------
+# plan: what one training step of a TP × FSDP layout really allocates per rank
+
+PLAN_SIZE = dict(hidden=256, layers=2, heads=4, kv_heads=4, intermediate=512, vocab=512, positions=256)
+
+
+def plan_memory(config_dir: str, batch: str, seq: str):
+    """One AdamW step of the tiny Llama under the example's TP plan (TP=2) and FSDP2 (2),
+    printing this rank's peak of allocated device memory for the step."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from train_tp_fsdp import tp_fsdp
+
+    from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm
+
+    rank, world, dev = _init(bind_device=True)
+    model = tiny_causal_lm("llama", TinySize(**PLAN_SIZE), 0, "sdpa", tie_word_embeddings=False)
+    if rank == 0:
+        model.config.save_pretrained(config_dir)
+    mesh = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "tp"))
+    model = tp_fsdp(model.train().to(dev), mesh)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+    ids = torch.randint(0, PLAN_SIZE["vocab"], (int(batch), int(seq))).to(dev)
+    for step in range(2):  # the second step is steady state: optimizer state exists
+        torch.neuron.synchronize()
+        torch.neuron.reset_peak_memory_stats(dev)
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.neuron.synchronize()
+    print(f"PEAK {torch.neuron.max_memory_allocated(dev)}", flush=True)
+    dist.destroy_process_group()

@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMANDS = ("info", "pilot", "coverage")
+SUBCOMMANDS = ("info", "pilot", "coverage", "plan")
 
 
 def build_parser() -> argparse.ArgumentParser:

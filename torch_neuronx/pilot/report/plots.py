@@ -13,7 +13,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 COLORS = {"eager": "#1f77b4", "compile": "#ff7f0e", "cpu": "#7f7f7f", "device": "#d62728"}
 
 
-def _png(fig) -> str:
+def png(fig) -> str:
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png", dpi=96)
@@ -36,7 +36,7 @@ def latency(generation: dict) -> str | None:
         ax.set_xlabel("ms")
         ax.set_ylabel("requests" if key == "ttft_samples" else "tokens")
         ax.legend()
-    return _png(fig)
+    return png(fig)
 
 
 def loss_curves(finetune: dict) -> str | None:
@@ -51,7 +51,7 @@ def loss_curves(finetune: dict) -> str | None:
     ax.set_ylabel("loss")
     ax.set_title("fine-tune loss")
     ax.legend()
-    return _png(fig)
+    return png(fig)
 
 
 def layer_errors(errors: list[float] | None) -> str | None:
@@ -64,7 +64,7 @@ def layer_errors(errors: list[float] | None) -> str | None:
     ax.set_xlabel("decoder layer")
     ax.set_ylabel("max |device − CPU|")
     ax.set_title("error per layer (eager, floor 1e-12)")
-    return _png(fig)
+    return png(fig)
 
 
 def compile_vs_run(modes: dict) -> str | None:
@@ -83,4 +83,4 @@ def compile_vs_run(modes: dict) -> str | None:
     ax.set_ylabel("seconds")
     ax.set_title("compile vs run time (forward pass)")
     ax.legend()
-    return _png(fig)
+    return png(fig)

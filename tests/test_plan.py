@@ -1,0 +1,143 @@
+"""``torchneuron plan``: exact per-rank parameter counts (against real DTensor TP + FSDP2
+sharding over a fake process group), fit verdicts and suggestions, and bad input."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from torch_neuronx.cli.main import main
+from torch_neuronx.plan import Layout, Planner, load_config, per_rank_parameters
+from torch_neuronx.plan.sharding import meta_model, tp_style
+from torch_neuronx.testing.tiny_models import tiny_config
+
+GiB = 2**30
+
+
+def _tiny_config_file(tmp_path, **overrides):
+    cfg = tiny_config("llama", **overrides)
+    cfg.save_pretrained(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def fake_world():
+    """A fake process group of 4 ranks, seen from rank 0: no processes, no communication."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    yield
+    dist.destroy_process_group()
+
+
+def _real_rank0_parameters(config, tp: int, fsdp: int) -> int:
+    """Rank 0's parameter elements after the real sharding: the model's TP plan through
+    ``parallelize_module`` on a (fsdp, tp) mesh, then FSDP2 on every layer and the root."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (fsdp, tp), mesh_dim_names=("fsdp", "tp"))
+    model = meta_model(config)
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    plan = {name.rsplit(".", 1)[0]: styles[tp_style(config, name)]()
+            for name, _ in model.named_parameters() if tp_style(config, name)}
+    parallelize_module(model, mesh["tp"], plan)
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh["fsdp"])
+    fully_shard(model, mesh=mesh["fsdp"])
+    return sum(p.to_local().numel() for p in model.parameters())
+
+
+def test_tiny_per_rank_parameters_match_real_dtensor_fsdp2_sharding(fake_world):
+    config = tiny_config("llama")
+    counted = per_rank_parameters(config, tp=2, fsdp=2)
+    assert counted["total"] == sum(p.numel() for p in meta_model(config).parameters())
+    assert counted["per_rank"] == _real_rank0_parameters(config, tp=2, fsdp=2)
+
+
+def test_llama3_8b_per_rank_parameters_exact():
+    config = load_config("llama-3-8b")
+    h, inter, vocab, layers, tp, fsdp = 4096, 14336, 128256, 32, 8, 4
+    kv = 8 * 128
+    assert per_rank_parameters(config, 1, 1)["total"] == 8_030_261_248  # Meta's published count
+    shard = lambda rows, cols: math.ceil(rows / fsdp) * cols  # noqa: E731  FSDP2 pads dim 0
+    layer = (shard(h // tp, h) + 2 * shard(kv // tp, h) + shard(h, h // tp)  # q, k, v, o
+             + 2 * shard(inter // tp, h) + shard(h, inter // tp)  # gate, up, down
+             + 2 * shard(h, 1))  # two RMSNorms (replicated over TP)
+    expected = shard(vocab, h) + layers * layer + shard(h, 1) + shard(vocab // tp, h)
+    assert per_rank_parameters(config, tp, fsdp)["per_rank"] == expected
+    planner = Planner("llama-3-8b", "trn2.48xlarge", 128)
+    assert planner.memory(Layout(tp, fsdp, 1, False, 2, 1))["bytes"]["parameters"] == 2 * expected
+
+
+def test_tiny_activation_peak_grows_with_batch_and_checkpointing_saves(tmp_path):
+    planner = Planner(str(_tiny_config_file(tmp_path)), "trn2.3xlarge", 64)
+    one, two = (planner.memory(Layout(1, 1, b, False, 2, 1)) for b in (1, 2))
+    assert two["bytes"]["activations_peak"] > one["bytes"]["activations_peak"] > 0
+    assert one["activations_peak_with_checkpointing"] < one["bytes"]["activations_peak"]
+
+
+@pytest.mark.slow
+def test_llama3_70b_does_not_fit_one_trn2_3xlarge_but_fits_two_trn2_48xlarge():
+    small = Planner("llama-3-70b", "trn2.3xlarge", 2048).plan(Layout(4, 1, 1, False, 2, 1))
+    assert not small["memory"]["fits"]
+    assert small["memory"]["total_bytes"] > small["memory"]["hbm_bytes"] == 24 * GiB
+    assert small["suggestion"] is not None and "instances" in small["suggestion"]["change"]
+    big = Planner("llama-3-70b", "trn2.48xlarge", 2048).plan(Layout(8, 16, 1, True, 2, 2))
+    assert big["memory"]["fits"]
+    assert big["parameters"]["total"] == 70_553_706_496
+    t = big["time"]
+    assert t["step_seconds_no_overlap"] >= t["step_seconds_full_overlap"] > 0
+    assert 0 < t["mfu"] < 1 and t["usd_per_billion_tokens"] > 0
+    assert set(t["collectives_by_link"]) == {"neuronlink", "efa"}  # TP in an instance, FSDP across two
+
+
+def test_cli_writes_plan_json_and_sweeps(tmp_path, capsys):
+    model = _tiny_config_file(tmp_path / "m")
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(model), "--instance", "trn2.3xlarge", "--tp", "2", "--fsdp", "2",
+                 "--seq-len", "32", "--sweep", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["memory"]["fits"] and data["time"]["label"] == "projected"
+    assert data["time"]["compile"]["eager_kernel_compiles"] > 0
+    ranked = [r["usd_per_billion_tokens"] for r in data["sweep"]]
+    assert ranked == sorted(ranked) and ranked
+    assert "fits" in capsys.readouterr().out
+    page = out.with_suffix(".html").read_text()
+    assert "data:image/png;base64," in page and "projected" in page and "Sweep" in page
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tp", "3"], "does not divide num_attention_heads"),
+    (["--tp", "4", "--fsdp", "2"], "larger than the 4 logical cores"),
+    (["--lnc", "3"], "LNC=3 is not supported"),
+])
+def test_cli_bad_layout_is_one_line_and_exit_2(args, message, capsys):
+    assert main(["plan", "llama-3-8b", "--instance", "trn2.3xlarge", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_cli_unknown_model_is_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "no-such-model", "hidden_size": 8}))
+    assert main(["plan", str(tmp_path)]) == 2
+    assert main(["plan", "no-such-bundled-model"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "unknown or unsupported model type 'no-such-model'" in err[0]
+    assert "bundled config" in err[1]
+
+
+def test_tiny_inference_plan_counts_kv_cache_growth_and_decode_tokens(tmp_path):
+    planner = Planner(str(_tiny_config_file(tmp_path)), "trn2.3xlarge", 32, mode="infer", dtype="fp32",
+                      decode_tokens=16)
+    plan = planner.plan(Layout(2, 1, 3, False, 2, 1))
+    layers, kv_heads_per_rank, head_dim = 2, 1, 16  # TinySize: 2 layers, 2 KV heads of 16, over TP=2
+    assert plan["memory"]["bytes"]["kv_cache_growth"] == 2 * layers * 3 * 16 * kv_heads_per_rank * head_dim * 4
+    assert plan["memory"]["bytes"]["gradients"] == plan["memory"]["bytes"]["optimizer_state"] == 0
+    assert plan["time"]["tokens_per_step"] == 3 * 16
+    decode_only = Planner(str(tmp_path), "trn2.3xlarge", 32, mode="infer", dtype="fp32", decode_tokens=0)
+    assert decode_only.time(Layout(2, 1, 3, False, 2, 1))["compute_seconds"] < plan["time"]["compute_seconds"]

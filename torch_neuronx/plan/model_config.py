@@ -1,0 +1,53 @@
+"""Which model a plan is for: a Transformers config from a bundled name, a
+``config.json`` path or a checkpoint directory — hyperparameters only, no weights."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..runtime.errors import ConfigError
+
+BUNDLED_DIR = Path(__file__).with_name("configs")
+
+
+def bundled_names() -> list[str]:
+    return sorted(p.stem for p in BUNDLED_DIR.glob("*.json"))
+
+
+def load_config(model: str):
+    """The ``PretrainedConfig`` of ``model``; a bad name, file or model type is a ``ConfigError``."""
+    from transformers import AutoConfig
+
+    path = Path(model)
+    if path.is_dir():
+        path = path / "config.json"
+    elif not path.exists():
+        bundled = BUNDLED_DIR / f"{model}.json"
+        if not bundled.exists():
+            raise ConfigError(f"model {model!r} is neither a config.json, a checkpoint directory nor a "
+                              f"bundled config ({', '.join(bundled_names())})")
+        path = bundled
+    if not path.is_file():
+        raise ConfigError(f"no config.json in {model!r}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    model_type = data.pop("model_type", None)
+    try:
+        config = AutoConfig.for_model(model_type, **data)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"{path}: unknown or unsupported model type {model_type!r} "
+                          f"({str(exc).splitlines()[0]})") from None
+    if not getattr(config, "base_model_tp_plan", None):
+        raise ConfigError(f"model type {model_type!r} has no tensor-parallel plan in Transformers; "
+                          "plan supports decoder models that define one (llama, qwen2, mistral, ...)")
+    return config
+
+
+def check_tp(config, tp: int) -> None:
+    """TP shards attention heads and KV heads: both must divide evenly, as in the real plan."""
+    for field in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+        n = getattr(config, field, None)
+        if n is not None and n % tp:
+            raise ConfigError(f"--tp {tp} does not divide {field}={n} of the model")

@@ -1,0 +1,63 @@
+"""Per-rank parameter bytes under the model's own tensor-parallel plan and FSDP2.
+
+The TP plan is Transformers' ``base_model_tp_plan`` (what ``examples/sft_tp_fsdp.py``
+applies): ``colwise`` shards a weight's dim 0 (and its bias), ``rowwise`` its
+dim 1; the LM head is sharded on dim 0 (vocab). FSDP2 then shards dim 0 of each
+TP-local parameter over the FSDP ranks, padded to a multiple of the FSDP size.
+"""
+from __future__ import annotations
+
+import fnmatch
+import math
+
+import torch
+
+
+def tp_style(config, name: str) -> str | None:
+    """The TP style that applies to parameter ``name`` (``model.layers.0.self_attn.q_proj.weight``)."""
+    if name.startswith("lm_head."):
+        return "colwise"
+    module = name.removeprefix("model.").rsplit(".", 1)[0]
+    for pattern, style in config.base_model_tp_plan.items():
+        if fnmatch.fnmatchcase(module, pattern.replace("*", "[0-9]*")):
+            return style.removeprefix("local_")
+    return None
+
+
+def tp_local_shape(shape: torch.Size, style: str | None, is_bias: bool, tp: int) -> tuple[int, ...]:
+    shape = list(shape)
+    if style and style.startswith("colwise"):
+        shape[0] //= tp
+    elif style and style.startswith("rowwise") and not is_bias:
+        shape[1] //= tp
+    return tuple(shape)
+
+
+def fsdp_local_numel(shape: tuple[int, ...], fsdp: int) -> int:
+    """FSDP2's padded shard of dim 0: ``ceil(dim0 / fsdp) × the other dims``."""
+    if not shape:
+        return 1
+    return math.ceil(shape[0] / fsdp) * math.prod(shape[1:])
+
+
+def meta_model(config):
+    """The whole model on the meta device: names and shapes, no memory."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
+def per_rank_parameters(config, tp: int, fsdp: int) -> dict:
+    """Exact parameter counts: whole model, one rank (TP- and FSDP-sharded, with padding), one
+    TP rank before FSDP, and one decoder layer unsharded by FSDP (what an all-gather brings in)."""
+    model = meta_model(config)
+    total = rank = tp_local = layer_gathered = 0
+    for name, p in model.named_parameters():
+        local = tp_local_shape(p.shape, tp_style(config, name), name.endswith(".bias"), tp)
+        total += p.numel()
+        rank += fsdp_local_numel(local, fsdp)
+        tp_local += math.prod(local)
+        if name.startswith("model.layers.0."):
+            layer_gathered += math.prod(local)
+    return {"total": total, "per_rank": rank, "tp_local": tp_local, "layer_unsharded": layer_gathered}
