@@ -96,6 +96,12 @@ TARGETS = [
            ("cpu", "train", "peak_rss_mb"), 1.1, "host memory the emulator adds"),
     Target("per-token latency: neuron eager / CPU eager", ("neuron", "generate", "per_token_ms"),
            ("cpu", "generate", "per_token_ms"), None, "decode speed"),
+    Target("static-cache generate(), per token: neuron eager / CPU eager",
+           ("neuron", "generate_static", "per_token_ms"), ("cpu", "generate_static", "per_token_ms"), 1.1,
+           "the decode loop users run"),
+    Target("static-cache generate(), time to first token: neuron eager / CPU eager",
+           ("neuron", "generate_static", "ttft_ms"), ("cpu", "generate_static", "ttft_ms"), 1.1,
+           "prefill through generate()"),
     Target("per-token latency: neuron compiled / CPU Inductor", ("neuron_compiled", "generate", "per_token_ms"),
            ("cpu_inductor", "generate", "per_token_ms"), None, "compiled decode speed"),
 ]

@@ -174,6 +174,57 @@ def generate(adapter, size: Size) -> dict:
     }
 
 
+class _TokenClock:
+    """A ``generate()`` streamer that timestamps each token as it is produced.
+
+    ``generate`` hands it the prompt first, then one token per decoding step,
+    so the gaps give time to first token and per-token latency of the
+    library's own loop (mask construction, stopping criteria and all).
+    """
+
+    def __init__(self, adapter):
+        self.adapter = adapter
+        self.stamps: list[float] = []
+
+    def put(self, value) -> None:
+        self.adapter.sync()
+        self.stamps.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def generate_static(adapter, size: Size) -> dict:
+    """``model.generate(cache_implementation="static")``, greedy, batch 1, uncompiled.
+
+    The path users take: Transformers builds the static cache, the masks and
+    the cache positions itself. Transformers would auto-compile it on some
+    devices; ``disable_compile`` keeps this row eager on every backend.
+    """
+    model = adapter.place(build_model(size))
+    model.eval()
+    model.generation_config.disable_compile = True
+    prompt = token_batch(size, size.prompt, 10_000)[:1].to(adapter.device)
+    settings = dict(max_new_tokens=size.new_tokens, min_new_tokens=size.new_tokens, do_sample=False,
+                    cache_implementation="static", pad_token_id=0)
+    with torch.no_grad():
+        model.generate(prompt, **settings)  # warm-up: builds the cache, compiles kernels
+        clock = _TokenClock(adapter)
+        start = time.perf_counter()
+        out = model.generate(prompt, streamer=clock, **settings)
+    stamps = clock.stamps  # [prompt, token 1, token 2, ...]
+    ttft = stamps[1] - start
+    per_token = [b - a for a, b in zip(stamps[1:], stamps[2:])]
+    return {
+        "metrics": {
+            "ttft_ms": ttft * 1e3,
+            "per_token_ms": [t * 1e3 for t in per_token],
+            "tokens_per_s": size.new_tokens / (stamps[-1] - start),
+        },
+        "info": {"tokens": out[0, size.prompt:].tolist()},
+    }
+
+
 def ops(adapter, size: Size) -> dict:
     """Per-op dispatch overhead on small tensors, in microseconds per op.
 
@@ -211,5 +262,6 @@ WORKLOADS = {
     "varlen": varlen,
     "varlen_padded": varlen_padded,
     "generate": generate,
+    "generate_static": generate_static,
     "ops": ops,
 }

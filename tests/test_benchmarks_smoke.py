@@ -77,6 +77,19 @@ def test_every_declared_workload_is_implemented():
         assert set(backend.workloads) <= set(WORKLOADS)
 
 
+def test_static_cache_generate_row_times_each_token_and_decodes_like_cpu():
+    from benchmarks.adapters import make_adapter
+    from benchmarks.model import SMOKE
+
+    rows = {backend: WORKLOADS["generate_static"](make_adapter(backend), SMOKE) for backend in ("cpu", "neuron")}
+    for row in rows.values():
+        metrics = row["metrics"]
+        assert len(metrics["per_token_ms"]) == SMOKE.new_tokens - 1  # the first token is the TTFT
+        assert metrics["ttft_ms"] > 0 and all(t > 0 for t in metrics["per_token_ms"])
+        assert len(row["info"]["tokens"]) == SMOKE.new_tokens
+    assert rows["neuron"]["info"]["tokens"] == rows["cpu"]["info"]["tokens"]
+
+
 def test_summarize_pools_samples_across_repeats_and_keeps_failures():
     results = [
         {"backend": "cpu", "workload": "train", "status": "ok",

@@ -112,6 +112,26 @@ CASES = {
         lambda g, i: aten.embedding_dense_backward(g, i, 9, -1, False),
     ),
     "aten::cat": (lambda: (_x(), _y()), lambda x, y: torch.cat([x, y, x], 1)),
+    "aten::index_copy_": (
+        lambda: (_x(), torch.tensor([2, 0]), torch.randn(4, 2)),
+        lambda x, i, s: x.index_copy_(1, i, s),
+    ),
+    "aten::index.Tensor": (
+        lambda: (_x(), torch.tensor([3, 1, 3]), torch.tensor([0, 5, 2])),
+        lambda x, i, j: x[i, j] + x[:, j].sum(),
+    ),
+    "aten::index_put_": (
+        lambda: (_x(), torch.tensor([3, 1, 3]), torch.randn(3, 6)),
+        lambda x, i, v: x.index_put_((i,), v, accumulate=True),
+    ),
+    "aten::le.Tensor": (lambda: (_x(), _y()), lambda x, y: x <= y),
+    "aten::cumsum": (lambda: (torch.randint(0, 9, (4, 6)),), lambda x: x.cumsum(1)),
+    "aten::all": (lambda: (_x(),), lambda x: (x > -1).all()),
+    "aten::any": (lambda: (_x(),), lambda x: (x > 1).any()),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": (
+        lambda: (torch.randn(1, 2, 5, 8), torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8), torch.randn(5, 7)),
+        lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+    ),
 }
 
 
@@ -227,6 +247,27 @@ def test_sdpa_takes_the_fused_kernel_and_matches_cpu(is_causal):
     assert torch.equal(got.detach().cpu(), out.detach())
     for mine, ref in ((qn, q), (kn, k), (vn, v)):
         assert torch.equal(mine.grad.cpu(), ref.grad)
+
+
+def test_sdpa_with_a_mask_that_requires_grad_takes_cpus_choice_and_differentiates():
+    """CPU's flash kernel has no gradient for attn_mask, so CPU picks math for
+    a mask that requires grad; neuron must choose the same (issue 18)."""
+    q, k, v = _sdpa_inputs()
+    mask = torch.randn(2, 1, 16, 16, requires_grad=True)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out.square().sum().backward()
+    qn, kn, vn, mn = (t.detach().to("neuron").requires_grad_() for t in (q, k, v, mask))
+    assert torch._fused_sdp_choice(qn, kn, vn, mn) == torch._fused_sdp_choice(q, k, v, mask)
+    assert torch._fused_sdp_choice(qn, kn, vn, mn) == SDPBackend.MATH.value
+    got = F.scaled_dot_product_attention(qn, kn, vn, attn_mask=mn)
+    got.square().sum().backward()
+    torch.testing.assert_close(got.detach().cpu(), out.detach())
+    for mine, ref in ((qn, q), (kn, k), (vn, v), (mn, mask)):
+        torch.testing.assert_close(mine.grad.cpu(), ref.grad)
+    # A mask that does not require grad keeps the fused kernel, as on CPU.
+    frozen = mn.detach()
+    assert torch._fused_sdp_choice(qn, kn, vn, frozen) == torch._fused_sdp_choice(q, k, v, mask.detach())
+    assert torch._fused_sdp_choice(qn, kn, vn, frozen) != SDPBackend.MATH.value
 
 
 def test_sdpa_kernel_context_selects_math():

@@ -252,6 +252,25 @@ def test_fast_path_and_fallback_give_one_key(op, call, args, kwargs):
     assert (op, expected) in seen
 
 
+def test_index_ops_on_the_fast_path_keep_the_fallback_key():
+    """index.Tensor / index_put_ take a list of optional tensors, index_copy_
+    a static dim: the unboxed path keys them as the boxed one does."""
+    x = torch.randn(5, 3, device="neuron")
+    i = torch.tensor([4, 0], device="neuron")
+    v = torch.randn(2, 3, device="neuron")
+    seen = []
+    listener = add_signature_listener(lambda name, key, _: seen.append((name, key)))
+    try:
+        x[i]
+        x.index_put_((i,), v)
+        x.index_copy_(0, i, v)
+    finally:
+        remove_signature_listener(listener)
+    assert ("aten::index.Tensor", _C._kernel_key("aten::index.Tensor", x, [i])) in seen
+    assert ("aten::index_put_", _C._kernel_key("aten::index_put_", x, [i], v)) in seen
+    assert ("aten::index_copy_", _C._kernel_key("aten::index_copy_", x, 0, i, v)) in seen
+
+
 def test_compilation_cache_counters_use_the_real_names(fresh_process):
     """§1 "Caches in front of the disk": in-memory hits, persistent hits and
     compilations are counted separately (names of _get_compilation_cache_stats)."""

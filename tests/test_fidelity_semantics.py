@@ -61,6 +61,35 @@ def test_strict_raises_and_loses_nothing(mode):
     assert torch.tensor([7, -(2**31)], dtype=torch.int64).to("neuron").tolist() == [7, -(2**31)]
 
 
+@pytest.mark.parametrize("write", [
+    pytest.param(lambda t: t.add_(BIG), id="fast-path add_"),
+    pytest.param(lambda t: t.bitwise_left_shift_(40), id="fallback in-place"),
+    pytest.param(lambda t: torch.mul(t, 2**40, out=t), id="fallback out="),
+    pytest.param(lambda t: t[1:].copy_(torch.tensor([BIG, 1])), id="host-to-device copy_ into a view"),
+    pytest.param(lambda t: t.index_put_((torch.tensor([0], device="neuron"),),
+                                        torch.tensor(BIG, device="cpu")), id="index_put_"),
+])
+def test_strict_failed_in_place_op_leaves_the_tensor_as_it_was(mode, write):
+    """A strict-mode error must lose nothing: values and version counter as before."""
+    mode("strict")
+    t = torch.tensor([1, -2, 3], dtype=torch.int64, device="neuron")
+    version = t._version
+    with pytest.raises(RuntimeError, match="does not fit in int32"):
+        write(t)
+    assert t.tolist() == [1, -2, 3]
+    assert t._version == version
+    t.add_(1)  # and the tensor is still usable
+    assert t.tolist() == [2, -1, 4]
+
+
+def test_strict_failed_float64_in_place_op_leaves_the_tensor_as_it_was(mode):
+    mode("strict")
+    t = torch.tensor([0.5, 0.25], dtype=torch.float64, device="neuron")
+    with pytest.raises(RuntimeError, match="does not fit in float32"):
+        t.add_(1e-10)
+    assert t.tolist() == [0.5, 0.25]
+
+
 def test_common_path_is_unchanged(mode):
     mode("narrow")
     ids = torch.randint(0, 32000, (4, 128), dtype=torch.int64)

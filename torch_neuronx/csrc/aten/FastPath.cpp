@@ -107,6 +107,16 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_fast<at::_ops::index_select>(m);
   register_fast<at::_ops::embedding_dense_backward>(m);
   register_fast<at::_ops::cat>(m);
+  // static-cache decoding: cache writes, indexing, mask construction,
+  // attention and the stopping criteria
+  register_fast<at::_ops::index_copy_>(m);
+  register_fast<at::_ops::index_Tensor>(m);
+  register_fast<at::_ops::index_put_>(m);
+  register_fast<at::_ops::le_Tensor>(m);
+  register_fast<at::_ops::cumsum>(m);
+  register_fast<at::_ops::all>(m);
+  register_fast<at::_ops::any>(m);
+  register_fast<at::_ops::_scaled_dot_product_flash_attention_for_cpu>(m);
 }
 
 } // namespace torch_neuronx

@@ -23,18 +23,23 @@ namespace {
 
 std::atomic<bool> g_fused_attention{true};
 
-// CPU's choice reads only shapes, strides and dtypes, never data. Real
-// tensors get a zero-copy CPU alias (cheap); the fake tensors torch.compile
-// traces with (Python key, no data) get a meta twin carrying just that.
+// CPU's choice reads only shapes, strides, dtypes and requires_grad, never
+// data. Real tensors get a zero-copy CPU alias (cheap); the fake tensors
+// torch.compile traces with (Python key, no data) get a meta twin carrying
+// just that. requires_grad must survive: CPU's flash kernel has no gradient
+// for attn_mask, so a mask that requires grad makes CPU choose math.
 at::Tensor shape_of(const at::Tensor& t) {
   if (!t.defined()) {
     return t;
   }
-  if (!t.key_set().has(c10::DispatchKey::Python) && is_neuron(t)) {
-    return cpu_alias(t);
+  at::Tensor twin = !t.key_set().has(c10::DispatchKey::Python) && is_neuron(t)
+      ? cpu_alias(t)
+      : at::empty_strided_symint(
+            t.sym_sizes(), t.sym_strides(), t.options().device(c10::kMeta));
+  if (t.requires_grad()) {
+    twin.set_requires_grad(true);
   }
-  return at::empty_strided_symint(
-      t.sym_sizes(), t.sym_strides(), t.options().device(c10::kMeta));
+  return twin;
 }
 
 } // namespace

@@ -40,7 +40,12 @@ at::Tensor CallState::alias(const at::Tensor& t, bool is_write) {
   by_tensor_.emplace_back(a.unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
   by_storage_.emplace_back(storage, t.unsafeGetTensorImpl());
   if (is_write) {
-    written_.push_back({t.unsafeGetTensorImpl(), a, storage, storage->mutable_data()});
+    // A strict-mode failure must lose nothing: keep what a 64-bit argument
+    // held (a copy, paid only in strict mode and only for in-place/out= ops).
+    const auto type = t.scalar_type();
+    const bool keep = narrowing_mode() == 2 && (type == at::kLong || type == at::kDouble);
+    written_.push_back({t.unsafeGetTensorImpl(), a, storage, storage->mutable_data(),
+                        keep ? a.clone() : at::Tensor()});
   }
   return a;
 }
@@ -113,7 +118,31 @@ at::Tensor CallState::to_neuron(const at::Tensor& out) {
   return result;
 }
 
+void CallState::restore_written_args() {
+  for (auto& w : written_) {
+    // Memory the kernel moved to a fresh buffer was never written; the
+    // original still holds its old values.
+    const bool moved = w.alias.storage().unsafeGetStorageImpl() != w.alias_storage ||
+        w.alias.storage().mutable_data() != w.alias_data;
+    if (w.before.defined() && !moved) {
+      cpu_alias(retain(w.original)).copy_(w.before);
+    }
+  }
+}
+
 void CallState::sync_written_args() {
+  for (auto& w : written_) {
+    if (w.before.defined()) {
+      try {
+        // Raises in strict mode before changing anything; narrows nothing
+        // here (narrow mode keeps no copy).
+        narrow_64bit_inplace(w.alias);
+      } catch (...) {
+        restore_written_args();
+        throw;
+      }
+    }
+  }
   for (auto& w : written_) {
     auto& alias = w.alias;
     auto* original = w.original;
@@ -138,7 +167,7 @@ void CallState::sync_written_args() {
       original->set_sizes_and_strides(
           alias.sizes(), alias.strides(), alias.storage_offset());
     }
-    if (needs_narrowing(original->dtype())) {
+    if (needs_narrowing(original->dtype()) && !w.before.defined()) {
       narrow_64bit_inplace(moved ? cpu_alias(retain(original)) : alias);
     }
   }

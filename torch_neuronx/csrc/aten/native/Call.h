@@ -37,6 +37,8 @@ class CallState {
 
   // After the kernel: make each written neuron argument reflect what the
   // kernel did to its alias (new size, new memory), and narrow 64-bit values.
+  // In strict 64-bit mode a value out of range raises with every written
+  // argument as it was before the call.
   void sync_written_args();
   // Map one returned CPU tensor back to the device.
   at::Tensor to_neuron(const at::Tensor& out);
@@ -47,7 +49,10 @@ class CallState {
     at::Tensor alias;
     c10::StorageImpl* alias_storage;
     void* alias_data;
+    // Strict 64-bit mode only: the values before the kernel wrote them.
+    at::Tensor before;
   };
+  void restore_written_args();
 
   std::optional<c10::DeviceIndex> device_;
   std::optional<c10::Device> other_device_; // first conflicting device seen

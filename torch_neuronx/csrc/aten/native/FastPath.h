@@ -133,6 +133,24 @@ class Call {
     return *list_refs_[i];
   }
 
+  // Index lists (index.Tensor, index_put_): CPU index tensors are allowed
+  // beside neuron ones, as in the fallback and on CUDA.
+  const c10::List<std::optional<at::Tensor>>& map(
+      const c10::List<std::optional<at::Tensor>>& list) {
+    const size_t i = next_++;
+    c10::List<std::optional<at::Tensor>> out;
+    out.reserve(list.size());
+    for (size_t j = 0; j < list.size(); ++j) {
+      std::optional<at::Tensor> t = list.get(j);
+      if (t.has_value() && t->defined() && is_neuron(*t)) {
+        out.push_back(state.alias(*t, written_[i]));
+      } else {
+        out.push_back(std::move(t));
+      }
+    }
+    return index_lists_[i].emplace(std::move(out));
+  }
+
   template <class T>
   T&& map(T&& value) {
     ++next_;
@@ -172,6 +190,7 @@ class Call {
   std::array<std::optional<at::Tensor>, N> optionals_;
   std::array<std::vector<at::Tensor>, N> lists_;
   std::array<std::optional<at::ITensorListRef>, N> list_refs_;
+  std::array<std::optional<c10::List<std::optional<at::Tensor>>>, N> index_lists_;
 };
 
 // How each kind of result comes back to the device; a registered op with any

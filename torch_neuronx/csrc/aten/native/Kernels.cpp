@@ -87,6 +87,17 @@ at::Tensor& set_empty(at::Tensor& self) {
 // aliases (the real product's DMA), with conj/neg bits kept on the alias.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   at::Tensor dst_alias = cpu_alias(dst);
+  const auto type = dst.scalar_type();
+  if (dst.device().type() == kNeuron && narrowing_mode() == 2 &&
+      (type == at::kLong || type == at::kDouble)) {
+    // Strict 64-bit mode: check the converted values before they land, so a
+    // copy that raises leaves the destination as it was.
+    at::Tensor staged = at::empty_like(dst_alias);
+    staged.copy_(cpu_alias(self));
+    narrow_64bit_inplace(staged);
+    dst_alias.copy_(staged);
+    return dst;
+  }
   dst_alias.copy_(cpu_alias(self), non_blocking);
   if (dst.device().type() == kNeuron && narrowing_mode() != 0) {
     narrow_64bit_inplace(dst_alias);
