@@ -21,7 +21,7 @@ __all__ = [
     "COLLECTIVE_LOG", "Calibration", "CalibrationError", "CollectiveLog", "CollectiveRecord", "DeviceModel",
     "GraphCost", "KernelCost",
     "ProjectionError", "ProjectionMode", "Projector", "active_calibration", "chrome_trace",
-    "collective_seconds", "defaults", "device_model", "engine_of", "get_projector", "link_for_ranks",
+    "collective_seconds", "configure", "defaults", "device_model", "engine_of", "get_projector", "link_for_ranks",
     "load_calibration", "price", "reset", "snapshot", "write_chrome_trace",
 ]
 
@@ -37,6 +37,16 @@ def get_projector() -> Projector:
         if _default is None:
             _default = Projector()
         return _default
+
+
+def configure(instance=None, lnc: int | None = None) -> Projector:
+    """Make a fresh projector for ``instance`` (a name or profile) at ``lnc`` the process's
+    (``torch_neuronx.reconfigure`` switches target); what the old one projected is dropped."""
+    global _default
+    projector = Projector(instance, lnc)
+    with _default_lock:
+        _default = projector
+    return projector
 
 
 def snapshot(**kwargs) -> dict:

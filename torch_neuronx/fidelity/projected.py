@@ -1,0 +1,105 @@
+"""The ``projection`` section of ``metrics()``: the projector fed by this process's run.
+
+Eager kernels reach the projector through a signature listener, so each new
+kernel signature is projected once (on meta tensors) and the per-call path is
+untouched; ``_C._signature_calls()`` supplies the call counts when the section
+is read. Compiled graphs are projected once each by the ``neuron`` backend
+(:func:`add_graph`), which counts their executions here. Collectives come
+from the process groups (``projection.COLLECTIVE_LOG``). Every figure is a
+projection (``"label": "projected"``); see ``docs/projection.md``.
+"""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Callable
+
+from .. import _C, projection
+from ..runtime import metrics_registry as registry
+from ..runtime.log import get_logger
+from .listeners import add_signature_listener
+
+_log = get_logger("projection")
+_graph_runs: Counter[str] = Counter()
+_lock = threading.Lock()
+
+
+def _project_signature(op: str, key: str, args: tuple) -> None:
+    projection.get_projector().add_signature(op, key, args)
+
+
+def install(topology) -> None:
+    """Project every new eager signature for the instance and LNC of ``topology``."""
+    projection.configure(topology.profile, topology.lnc)
+    add_signature_listener(_project_signature)
+    registry.register_source("projection", registry.Source(
+        read=lambda: {f"graph_runs/{name}": n for name, n in graph_runs().items()},
+        describe=lambda name: registry.labelled("executions of this compiled graph, each projected "
+                                                "as one device program", registry.HOST),
+        reset=reset))
+
+
+def reconfigure(topology) -> None:
+    """Another target: a fresh projector (graphs compiled before are no longer counted)."""
+    projection.configure(topology.profile, topology.lnc)
+    with _lock:
+        _graph_runs.clear()
+
+
+def add_graph(name: str, gm, example_inputs) -> Callable[[], None]:
+    """Project a compiled graph once; returns the function to call on each execution.
+
+    A graph the projection cannot trace is logged and left out (its runs are
+    not counted), never failing the compile.
+    """
+    try:
+        projection.get_projector().add_graph(name, gm, example_inputs)
+    except Exception as exc:  # the projection must never break compilation
+        _log.warning("graph %s is not projected: %s: %s", name, type(exc).__name__, exc)
+        return lambda: None
+
+    def executed() -> None:
+        with _lock:
+            _graph_runs[name] += 1
+    return executed
+
+
+def graph_runs() -> dict[str, int]:
+    """Executions of each projected compiled graph since the last reset."""
+    with _lock:
+        return dict(_graph_runs)
+
+
+def section(steps: int | None = None, price_per_hour: float | None = None) -> dict:
+    """The projection of everything this process ran since the last reset.
+
+    Signatures the projector never saw (run before the listener was installed,
+    or whose projection failed) are counted under ``unprojected_calls``.
+    """
+    projector = projection.get_projector()
+    calls = _C._signature_calls()
+    known = {k: n for k, n in calls.items() if k in projector.kernels}
+    data = projection.snapshot(calls=known, graph_runs=graph_runs(), steps=steps,
+                               price_per_hour=price_per_hour)
+    data["unprojected_calls"] = sum(calls.values()) - sum(known.values())
+    return data
+
+
+def sequence() -> list:
+    """Signature keys and graph names with their counts, for a timeline of the run
+    (the order within is not recorded: kernels, then graphs)."""
+    projector = projection.get_projector()
+    out: list = []
+    for key, n in _C._signature_calls().items():
+        if key in projector.kernels:
+            out += [key] * n
+    for name, n in graph_runs().items():
+        out += [("graph", name)] * n
+    return out
+
+
+def reset() -> None:
+    """Forget graph executions and recorded collectives; projected signatures stay cached."""
+    projection.COLLECTIVE_LOG.clear()
+    with _lock:
+        _graph_runs.clear()
