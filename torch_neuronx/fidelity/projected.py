@@ -40,7 +40,11 @@ def install(topology) -> None:
 
 
 def reconfigure(topology) -> None:
-    """Another target: a fresh projector (graphs compiled before are no longer counted)."""
+    """Another instance or LNC: a fresh projector (graphs compiled before are no longer
+    counted; eager signatures change key with the target, so they are projected anew)."""
+    device = projection.get_projector().device
+    if (device.instance, device.lnc) == (topology.profile.name, topology.lnc):
+        return
     projection.configure(topology.profile, topology.lnc)
     with _lock:
         _graph_runs.clear()
@@ -85,16 +89,41 @@ def section(steps: int | None = None, price_per_hour: float | None = None) -> di
     return data
 
 
-def sequence() -> list:
-    """Signature keys and graph names with their counts, for a timeline of the run
-    (the order within is not recorded: kernels, then graphs)."""
+def mark() -> tuple[dict[str, int], dict[str, int]]:
+    """The call and graph-run counts now, to project the work done after it (:func:`since`)."""
+    return _C._signature_calls(), graph_runs()
+
+
+def since(start: tuple[dict[str, int], dict[str, int]]) -> dict:
+    """Projected device seconds, FLOPs, MFU and eager seconds by op and engine of the kernels
+    and graphs run since ``start`` (a :func:`mark`; collectives are not included). Cheap
+    enough to call between timed regions."""
     projector = projection.get_projector()
+    calls, runs = mark()
+    known = {k: n - start[0].get(k, 0) for k, n in calls.items()
+             if k in projector.kernels and n > start[0].get(k, 0)}
+    ran = {g: n - start[1].get(g, 0) for g, n in runs.items() if n > start[1].get(g, 0)}
+    eager, graphs = projector.summary(known), projector.graphs_summary(ran)
+    seconds = eager["device_seconds"] + graphs["device_seconds"]
+    flops = eager["flops"] + graphs["flops"]
+    return {"label": projection.LABEL, "seconds": seconds, "flops": flops,
+            "mfu": projector.mfu(flops, seconds), "eager_by_op": eager["by_op"],
+            "eager_by_engine": eager["by_engine"], "graph_seconds": graphs["device_seconds"]}
+
+
+def sequence(start: tuple[dict[str, int], dict[str, int]] | None = None) -> list:
+    """The kernels and graphs run since ``start`` (a :func:`mark`; default: the last reset)
+    for ``projection.chrome_trace``. Call order is not recorded (the per-call path stays
+    untouched), so the timeline lists each signature's calls together, then the graphs."""
+    before_calls, before_runs = start or ({}, {})
+    projector = projection.get_projector()
+    calls, runs = mark()
     out: list = []
-    for key, n in _C._signature_calls().items():
+    for key, n in calls.items():
         if key in projector.kernels:
-            out += [key] * n
-    for name, n in graph_runs().items():
-        out += [("graph", name)] * n
+            out += [key] * (n - before_calls.get(key, 0))
+    for name, n in runs.items():
+        out += [("graph", name)] * (n - before_runs.get(name, 0))
     return out
 
 

@@ -13,12 +13,12 @@ from .collectives import COLLECTIVE_LOG, CollectiveLog, CollectiveRecord, collec
 from .graph import GraphCost
 from .hardware import DeviceModel, device_model, price
 from .kernel import KernelCost, ProjectionError, engine_of
-from .projector import Projector
+from .projector import LABEL, Projector
 from .recording import ProjectionMode
 from .trace import chrome_trace, write_chrome_trace
 
 __all__ = [
-    "COLLECTIVE_LOG", "Calibration", "CalibrationError", "CollectiveLog", "CollectiveRecord", "DeviceModel",
+    "COLLECTIVE_LOG", "LABEL", "Calibration", "CalibrationError", "CollectiveLog", "CollectiveRecord", "DeviceModel",
     "GraphCost", "KernelCost",
     "ProjectionError", "ProjectionMode", "Projector", "active_calibration", "chrome_trace",
     "collective_seconds", "configure", "defaults", "device_model", "engine_of", "get_projector", "link_for_ranks",
