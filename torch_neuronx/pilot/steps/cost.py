@@ -72,8 +72,9 @@ def _request(shape: dict, gen_tokens: int, per_hour) -> dict:
 
 
 def _projected(gen_tokens: int, performance: PerformanceResult, finetune: FinetuneResult | None,
-               compile_seconds: float | None, per_hour) -> dict | None:
-    """The same jobs at projected device seconds; a training run includes the first-run compile."""
+               seconds_per_kernel: float | None, per_hour) -> dict | None:
+    """The same jobs at projected device seconds; a training run includes its first-run
+    compile: every kernel signature of its steps compiled once (an empty NEFF cache)."""
     jobs = {}
     for mode, measured in performance.generation.items():
         longest = max(measured["shapes"], key=int)
@@ -87,7 +88,7 @@ def _projected(gen_tokens: int, performance: PerformanceResult, finetune: Finetu
     if training is not None and finetune is not None:
         steps = len(finetune.device_step_seconds)
         run_seconds = training["seconds_per_step"] * steps
-        compile_s = compile_seconds or 0.0
+        compile_s = training["kernel_signatures"] * (seconds_per_kernel or 0.0)
         data["training_run"] = {
             "job": f"{steps} fine-tune steps, first run (empty NEFF cache: compile included)",
             "steps": steps, "seconds": run_seconds, "compile_seconds": compile_s,
@@ -133,7 +134,7 @@ def run(price: float | None, source: str, basis: str, gen_tokens: int, device_ty
         "estimated_empty_cache_seconds": empty_cache,
         "estimated_empty_cache_cost_usd": per_hour(empty_cache) if empty_cache is not None else None,
     }
-    projected = _projected(gen_tokens, performance, finetune, empty_cache, per_hour)
+    projected = _projected(gen_tokens, performance, finetune, per_kernel, per_hour)
     return CostResult(price, source, basis, jobs, overhead, ft, projected)
 
 

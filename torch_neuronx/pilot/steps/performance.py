@@ -40,7 +40,8 @@ def project_training(window: dict, steps: int, rows: int) -> dict | None:
     if not steps or not window["seconds"]:
         return None
     return {"label": window["label"], "seconds_per_step": window["seconds"] / steps,
-            "samples_per_second": rows * steps / window["seconds"], "mfu": window["mfu"]}
+            "samples_per_second": rows * steps / window["seconds"], "mfu": window["mfu"],
+            "kernel_signatures": sum(r["signatures"] for r in window["eager_by_op"].values())}
 
 
 def status(r: PerformanceResult) -> str | None:
@@ -51,7 +52,8 @@ def summary(r: PerformanceResult) -> str:
     parts = [f"{m}: TTFT p50 {g['ttft_seconds']['p50'] * 1e3:.1f} ms"
              + (f", per token p50 {g['per_token_seconds']['p50'] * 1e3:.1f} ms"
                 if g["per_token_seconds"]["p50"] is not None else "")
-             + (f" (projected {g['projected']['ttft_seconds']['p50'] * 1e3:.3f} ms)" if "projected" in g else "")
+             + (f" (host); projected TTFT p50 {g['projected']['ttft_seconds']['p50'] * 1e3:.3f} ms"
+                if "projected" in g else "")
              for m, g in r.generation.items()]
     return "; ".join(parts) or "no mode ran"
 
