@@ -77,17 +77,21 @@ def test_section_equals_the_projectors_own_sum_for_the_same_calls(accounting):
         assert eager["by_op"][op]["calls"] == expected["by_op"][op]["calls"]
 
 
-def test_a_signature_is_projected_once(accounting, monkeypatch):
+def test_a_signature_is_projected_once_when_read_never_inside_the_run(accounting, monkeypatch):
     projector = projection.get_projector()
     added = []
     original = projector.add_signature
     monkeypatch.setattr(projector, "add_signature", lambda op, key, args: added.append(key) or original(op, key, args))
     a = torch.randn(8, 8, device="neuron")
+    torch_neuronx.metrics()
     added.clear()
     for _ in range(5):
         a @ a
+    assert added == []  # queued by the listener, projected only when a projection is read
+    eager = torch_neuronx.metrics()["projection"]["eager"]
+    torch_neuronx.metrics()
     assert len(added) == 1
-    assert _C._signature_calls()[added[0]] == 5
+    assert _C._signature_calls()[added[0]] == 5 == eager["by_op"]["aten::mm"]["calls"]
 
 
 def test_compiled_graph_is_projected_once_and_its_runs_counted(accounting, monkeypatch):
