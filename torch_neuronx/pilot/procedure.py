@@ -305,10 +305,12 @@ class PilotRun:
         if device.type == "neuron":
             topo = torch.neuron.topology()
             p = topo.profile
+            rate, source = cost.price_for(device.type, self.cfg.price_per_hour, p.name)
             env.instance = {"name": p.name, "family": p.family, "logical_nc_config": topo.lnc,
                             "visible_cores": topo.device_count,
                             "hbm_per_core_bytes": torch.neuron.get_device_properties(device).total_memory,
                             "hbm_override_gib": self.cfg.hbm_per_core_gib,
+                            "price_per_hour_usd": rate, "price_source": source,
                             "price": price(p.name, self.cfg.price_per_hour),
                             "figures_confirmed": p.confirmed}
 
