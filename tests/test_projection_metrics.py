@@ -64,7 +64,8 @@ def test_section_equals_the_projectors_own_sum_for_the_same_calls(accounting):
     _step(model, opt, x)
     eager = torch_neuronx.metrics()["projection"]["eager"]
 
-    reference = projection.Projector()
+    device = projection.get_projector().device  # the process's target, whatever the environment says now
+    reference = projection.Projector(device.instance, device.lnc)
     cpu_model, cpu_opt, cpu_x = _training_step("cpu")
     _step(cpu_model, cpu_opt, cpu_x)
     with ProjectionMode(reference) as mode:
