@@ -121,3 +121,20 @@ def test_compiled_graph_is_projected_once_and_its_runs_counted(accounting, monke
     assert debug_metrics.counter_value(f"graph_runs/{name}") == 3
     debug_metrics.clear_counters()
     assert torch_neuronx.metrics()["projection"]["graphs"]["graphs"] == {}
+
+
+def test_reconfigure_projects_for_the_new_target(accounting, monkeypatch):
+    before = torch.neuron.topology()
+    monkeypatch.setenv("TORCHNEURON_INSTANCE", before.profile.name)  # reconfigure exports it; restored after
+    capacity = torch.neuron.get_device_properties(0).total_memory
+    try:
+        torch_neuronx.reconfigure(instance="trn1.2xlarge")
+        a = torch.randn(16, 16, device="neuron")
+        a @ a
+        p = torch_neuronx.metrics()["projection"]
+        assert (p["device"]["instance"], p["device"]["lnc"]) == ("trn1.2xlarge", 1)
+        assert p["eager"]["by_op"]["aten::mm"]["calls"] == 1 and p["unprojected_calls"] == 0
+    finally:
+        torch.neuron._configure(before, capacity)
+        torch_neuronx.fidelity.reconfigure(before)
+    assert projection.get_projector().device.instance == before.profile.name
