@@ -33,7 +33,7 @@ from .config import PilotConfig, PilotError
 from .device import is_emulated, resolve_device, set_core_capacity, use_instance
 from .inputs import load_tokenizer
 from .model import describe, load_reference, out_of_memory, to_device
-from ..projection import price
+from ..projection import price as instance_price
 from .output import PROJECTED_TRACE, Staging, check_out
 from .report import STEP_ORDER, Check, Report, StepSection, to_json_text
 from .report.schema import Environment, ReportError
@@ -311,7 +311,7 @@ class PilotRun:
                             "hbm_per_core_bytes": torch.neuron.get_device_properties(device).total_memory,
                             "hbm_override_gib": self.cfg.hbm_per_core_gib,
                             "price_per_hour_usd": rate, "price_source": source,
-                            "price": price(p.name, self.cfg.price_per_hour),
+                            "price": instance_price(p.name, self.cfg.price_per_hour),
                             "figures_confirmed": p.confirmed}
 
     def _finetune(self, ref, dev, device, known) -> None:
