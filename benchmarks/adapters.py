@@ -37,9 +37,43 @@ class Adapter:
         """Compile time the real device would add on top of the wall clock (emulators only)."""
         return None
 
+    def projection_mark(self):
+        """A point to project the device work from (``projected``), or None: no device model."""
+        return None
+
+    def projected(self, mark) -> dict | None:
+        """The projected Trainium seconds of the work since ``mark`` and the host seconds
+        the projection itself has spent so far (docs/projection.md)."""
+        return None
+
     def info(self) -> dict:
         return {"torch": torch.__version__, "threads": torch.get_num_threads()}
 
+
+class _Projecting:
+    """The ``neuron`` device's projection (``torch_neuronx.fidelity.projected``)."""
+
+    @staticmethod
+    def _spent() -> float:
+        """Host seconds the projection has spent inside the run: queueing new signatures,
+        projecting compiled graphs (at compile time)."""
+        from torch_neuronx.fidelity import projected
+
+        return projected.QUEUEING.data()[1] + projected.PROJECTING.data()[1]
+
+    def projection_mark(self):
+        from torch_neuronx.fidelity import projected
+
+        return projected.mark(), self._spent()
+
+    def projected(self, mark) -> dict | None:
+        from torch_neuronx.fidelity import projected
+
+        counts, spent_before = mark
+        in_run = self._spent() - spent_before
+        window = projected.since(counts)  # projects the queued signatures: outside the timed steps
+        return {"seconds": window["seconds"], "mfu": window["mfu"], "in_run_seconds": in_run,
+                "deferred_seconds": self._spent() - spent_before - in_run}
 
 class DynamoCounting(Adapter):
     """Counts graphs Dynamo compiled (shared by Inductor and the neuron compile backend)."""
@@ -67,7 +101,7 @@ def _import_neuron():
     return torch_neuronx
 
 
-class NeuronEager(Adapter):
+class NeuronEager(_Projecting, Adapter):
     """``neuron`` eager; kernel accounting (per-signature compile emulation) on or off."""
 
     def __init__(self, accounting: bool):
@@ -114,7 +148,7 @@ class NeuronEager(Adapter):
         return out
 
 
-class NeuronCompiled(DynamoCounting):
+class NeuronCompiled(_Projecting, DynamoCounting):
     """``torch.compile(model, backend="neuron")`` on the ``neuron`` device."""
 
     backend = "neuron"

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from .backends import BY_NAME, EAGER_WORKLOADS
 
 ROW_FIELDS = ("backend", "workload", "metric", "unit", "median", "min", "max", "n", "status", "reason")
-_UNITS = {"_ms": "ms", "_us": "µs", "_mb": "MiB", "per_s": "1/s", "_s": "s", "compilations": "count"}
+_UNITS = {"_ms": "ms", "_us": "µs", "_mb": "MiB", "per_s": "1/s", "_s": "s", "compilations": "count",
+          "_pct": "%"}
 
 
 def unit_of(metric: str) -> str:

@@ -57,17 +57,40 @@ class _Trainer:
         return time.perf_counter() - start, value
 
 
+def _projection_metrics(first: dict | None, first_s: float, steady: dict | None, steady_s: float,
+                        steps: int) -> dict:
+    """The projected step time and the projection's own host cost relative to the eager step
+    (on backends with a device model; every ``projected_`` figure is a projection, every
+    ``projection_`` figure a host measurement of the projection's overhead): inside the
+    steps (queueing new signatures, projecting compiled graphs) and deferred (projecting
+    the queued signatures when the figures are read, outside the steps)."""
+    if first is None or steady is None:
+        return {}
+    return {"projected_step_ms": steady["seconds"] / steps * 1e3,
+            "projected_mfu_pct": (steady["mfu"] or 0.0) * 100,
+            "projection_in_first_step_pct": first["in_run_seconds"] / first_s * 100,
+            "projection_in_steady_steps_pct": steady["in_run_seconds"] / steady_s * 100,
+            "projection_deferred_ms": (first["deferred_seconds"] + steady["deferred_seconds"]) * 1e3,
+            "projection_deferred_vs_run_pct":
+                (first["deferred_seconds"] + steady["deferred_seconds"]) / (first_s + steady_s) * 100}
+
+
 def train(adapter, size: Size) -> dict:
     """Fixed-shape training: the first step (compiles) and steady-state steps."""
     _reset_peak_rss()
     trainer = _Trainer(adapter, size)
+    mark = adapter.projection_mark()
     first_s, first_loss = trainer.step(token_batch(size, size.seq, 0))
+    first_projected = adapter.projected(mark)
     after_first, est_first = adapter.compilations(), adapter.estimated_compile_s()
     steady, losses = [], [first_loss]
+    mark = adapter.projection_mark()
     for step in range(1, size.train_steps + 1):
         seconds, loss = trainer.step(token_batch(size, size.seq, step))
         steady.append(seconds * 1e3)
         losses.append(loss)
+    projection = _projection_metrics(first_projected, first_s, adapter.projected(mark), sum(steady) / 1e3,
+                                     size.train_steps)
     return {
         "metrics": {
             "first_step_ms": first_s * 1e3,
@@ -77,6 +100,7 @@ def train(adapter, size: Size) -> dict:
             # Non-zero means every step keeps compiling (e.g. a scalar argument that changes).
             "steady_compilations": None if after_first is None else adapter.compilations() - after_first,
             "est_device_compile_s": est_first,  # what the real device would add to the first step
+            **projection,
         },
         "info": {"losses": losses},
     }
@@ -158,7 +182,9 @@ def generate(adapter, size: Size) -> dict:
     # from later ones, so compiled paths recompile prefill once more in the second request.
     _generate_once(adapter, forward, cache, prompt, size.new_tokens)
     after = adapter.compilations()
+    mark = adapter.projection_mark()
     ttft, per_token, tokens = _generate_once(adapter, forward, cache, prompt, size.new_tokens)
+    projected = adapter.projected(mark)
     warm = None if after is None else adapter.compilations() - after
     total = ttft + sum(per_token)
     return {
@@ -169,6 +195,8 @@ def generate(adapter, size: Size) -> dict:
             "tokens_per_s": size.new_tokens / total,
             "compilations": None if before is None else after - before,
             "warm_compilations": warm,  # should be 0: the measured request reuses everything
+            **({"projected_request_ms": projected["seconds"] * 1e3,
+                "projected_tokens_per_s": size.new_tokens / projected["seconds"]} if projected else {}),
         },
         "info": {"tokens": tokens},
     }

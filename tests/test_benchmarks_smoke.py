@@ -50,6 +50,11 @@ def test_smoke_suite_writes_json_and_markdown_with_complete_rows(tmp_path):
     # Accounting on: the first neuron step compiles kernels; native CPU has no such count.
     assert ok[("neuron", "train", "compilations")]["median"] > 0
     assert ("cpu", "train", "compilations") not in ok
+    # Only the neuron device has a device model: a projected step and the projection's own cost.
+    assert ok[("neuron", "train", "projected_step_ms")]["median"] > 0
+    assert ok[("neuron", "train", "projection_in_steady_steps_pct")]["unit"] == "%"
+    assert ok[("neuron", "train", "projection_deferred_ms")]["median"] > 0
+    assert ("cpu", "train", "projected_step_ms") not in ok
 
     xla = [r for r in rows if r["backend"] == "xla"]
     assert {r["workload"] for r in xla} == {"train", "ops"}

@@ -9,6 +9,7 @@ def collect() -> dict:
     import torch
 
     import torch_neuronx  # noqa: F401
+    from torch_neuronx.projection import price
 
     topo = torch.neuron.topology()
     profile = topo.profile
@@ -27,8 +28,7 @@ def collect() -> dict:
         "logical_cores_total": topo.total_logical_cores,
         "visible_cores": topo.device_count,
         "hbm_per_core_bytes": topo.hbm_per_core,
-        "price_per_hour_usd": profile.price_per_hour,
-        "price_source": profile.price_source,
+        "price": price(profile.name),
         "torch_version": torch.__version__,
         "cores": cores,
         "fidelity": _fidelity(),
@@ -60,7 +60,7 @@ def render(info: dict) -> None:
     )
     table = Table(show_header=False, box=None)
     gib = 2**30
-    price = info["price_per_hour_usd"]
+    price = info["price"]
     rows = [
         ("chips", info["chips"]),
         ("physical cores per chip", info["physical_cores_per_chip"]),
@@ -68,7 +68,8 @@ def render(info: dict) -> None:
         ("logical cores on the instance", info["logical_cores_total"]),
         ("cores visible to this process", info["visible_cores"]),
         ("HBM per logical core", f"{info['hbm_per_core_bytes'] / gib:.1f} GiB"),
-        ("price per hour", f"${price:.2f} ({info['price_source']})" if price else info["price_source"]),
+        ("price per hour", f"${price['usd_per_hour']:.2f} ({price['region']}, {price['date']}: {price['source']})"
+         if price["usd_per_hour"] is not None else price["source"]),
         ("figures confirmed by AWS docs", "yes" if info["figures_confirmed"] else "no (widely reported)"),
         ("torch", info["torch_version"]),
         *_fidelity_rows(info["fidelity"]),

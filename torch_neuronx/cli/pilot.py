@@ -68,7 +68,8 @@ def add_parser(sub) -> None:
     p.add_argument("--no-hidden-states", action="store_true", help="skip the per-layer error (forward hooks)")
     p.add_argument("--instance", default=None, help="instance profile (default: TORCHNEURON_INSTANCE or trn2.3xlarge)")
     p.add_argument("--price-per-hour", type=float, default=None,
-                   help="USD per instance-hour for the cost step (default: the profile's published price, if any)")
+                   help="USD per instance-hour for the cost step (default: the instance's dated entry in "
+                        "the projection's price table, if any)")
     p.add_argument("--hbm-per-core", type=float, default=None, metavar="GIB",
                    help="emulate NeuronCores with this much HBM (what-if; default: the profile's)")
     p.add_argument("--out", default=str(d.out), help=f"output directory (default {d.out})")

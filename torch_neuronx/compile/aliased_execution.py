@@ -48,8 +48,10 @@ class _OutputMapper:
 def alias_runner(
     compiled: Callable[[list], Sequence[Any]],
     devices: Sequence[torch.device | None],
+    executed: Callable[[], None] = lambda: None,
 ) -> Callable[[list], list]:
-    """A boxed callable running ``compiled`` (CPU code) on neuron arguments."""
+    """A boxed callable running ``compiled`` (CPU code) on neuron arguments;
+    ``executed()`` is called after each run (the projection counts graph runs)."""
 
     def run(args: list) -> list:
         start = time.perf_counter()
@@ -59,6 +61,7 @@ def alias_runner(
         outs = compiled(cpu_args)
         result = [mapper(o, d) for o, d in zip(outs, devices)]
         METRICS.add_execution(time.perf_counter() - start)
+        executed()
         return result
 
     run._boxed_call = True  # type: ignore[attr-defined]

@@ -32,6 +32,7 @@ from torch._inductor.compile_fx import compile_fx_inner, partition_fn
 from torch._inductor.decomposition import select_decomp_table
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+from ..fidelity import projected
 from ..runtime import cache_dirs
 from ..runtime.errors import first_line
 from ..runtime.log import get_logger
@@ -156,6 +157,7 @@ def _compile_aot_graph(
     )
     try:
         devices = passes.output_devices(gm)
+        executed = projected.add_graph(record.graph_name, gm, example_inputs)  # before the CPU rewrite
         passes.rewrite_devices_to_cpu(gm)
         record.torch_neuronx_fx_passes_us = _us_since(start)
         _lower_and_account(gm, example_inputs, record)
@@ -168,7 +170,7 @@ def _compile_aot_graph(
                 gm, cpu_inputs, is_inference=is_inference, is_backward=is_backward
             )
         record.torch_neuronx_compile_us = _us_since(codegen_start)
-        runner = alias_runner(compiled, devices)
+        runner = alias_runner(compiled, devices, executed)
     except Exception as exc:
         if eager_graph is None:
             raise NEFFCompilationError(SETUP_FAILED.format(exc)) from exc

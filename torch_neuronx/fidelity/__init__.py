@@ -13,6 +13,7 @@ from ..runtime import log, settings
 from . import kernel_key as _kernel_key
 from . import listeners as _listeners
 from . import metrics as _metrics
+from . import projected as _projected
 from . import tensor_print
 from .accounting import Accounting, compiler_config, enabled_from_env, make_accounting, salt_of
 from .listeners import add_signature_listener, remove_signature_listener
@@ -40,6 +41,7 @@ def install(topology) -> None:
     _C._set_signature_callback(_on_new_signature)
     set_kernel_accounting(enabled_from_env())
     _metrics.register_sources(lambda: _accounting)
+    _projected.install(topology)
     metrics_dir = settings.get_str("TORCH_NEURONX_METRICS_DIR")
     if metrics_dir is not None:
         atexit.register(_export_at_exit, metrics_dir)
@@ -50,6 +52,7 @@ def reconfigure(topology) -> None:
     every kernel signature, follows the instance family and LNC of ``topology``."""
     _accounting.config = compiler_config(topology.profile.family, topology.lnc)
     set_kernel_accounting(_enabled)
+    _projected.reconfigure(topology)
 
 
 def _on_new_signature(op: str, key: str, description: str, args: tuple) -> None:
@@ -119,13 +122,17 @@ def get_host_ops() -> tuple[str, ...]:
 
 
 def metrics() -> dict:
-    """A snapshot of kernels, estimated compile time, cache, memory and ops."""
-    return _metrics.snapshot(_accounting, _enabled)
+    """A snapshot of kernels, estimated compile time, cache, memory and ops, and the
+    projected device time of the same run (``projection``)."""
+    data = _metrics.snapshot(_accounting, _enabled)
+    data["projection"] = _projected.section()
+    return data
 
 
 def reset_metrics() -> None:
     """Zero the counters, op lists and memory peaks; caches stay warm."""
     _metrics.reset(_accounting)
+    _projected.reset()
 
 
 def export_metrics(directory):

@@ -17,9 +17,10 @@ from pathlib import Path
 from .config import PilotError
 
 REPORT = "report.json"
+PROJECTED_TRACE = "projected-trace.json"  # the fine-tune steps' projected timeline (Chrome/Perfetto)
 INTERRUPTED = "report.interrupted.json"
 # every name a run may leave in --out; report.json is published last, so it marks a complete run
-RUN_FILES = ("inputs.json", "checkpoint", "report.html", REPORT)
+RUN_FILES = ("inputs.json", "checkpoint", "report.html", PROJECTED_TRACE, REPORT)
 STAGING_PREFIX = ".pilot-run-"
 
 

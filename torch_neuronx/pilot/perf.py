@@ -4,6 +4,10 @@ Decoding uses a static KV cache (``transformers.StaticCache``), the pattern the
 real product recommends: every decode step then has the same shapes, so a
 graph compiler (or Trainium's per-shape eager compilation) compiles one decode
 step instead of one per cache length.
+
+On the ``neuron`` device the same requests are also *projected* (the device
+model of ``torch_neuronx.projection``): a ``probe`` (``fidelity.projected``)
+is read between the timed regions, never inside them.
 """
 from __future__ import annotations
 
@@ -35,31 +39,48 @@ def _cache_kwarg(model) -> str:
     return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
 
 
+def probe_for(device: torch.device):
+    """What projects the device's work (``fidelity.projected``), or None: only the
+    ``neuron`` device has a device model; elsewhere every figure is a host time."""
+    if device.type != "neuron":
+        return None
+    from ..fidelity import projected
+    return projected
+
+
 @torch.no_grad()
-def decode_once(model, ids: torch.Tensor, gen_tokens: int, sync) -> tuple[float, list[float], list[list[int]]]:
-    """One greedy request: time to first token, the latency of each further token, the tokens."""
+def decode_once(model, ids: torch.Tensor, gen_tokens: int, sync, probe=None):
+    """One greedy request: time to first token, the latency of each further token, the tokens,
+    and with a ``probe`` the projection of the prefill and of each decode step."""
     from transformers import StaticCache
 
     batch, length = ids.shape
     device = ids.device
     sync()
+    projected = []
+    mark = probe.mark() if probe else None
     start = time.perf_counter()
     cache = {_cache_kwarg(model): StaticCache(config=model.config, max_cache_len=length + gen_tokens)}
     out = model(input_ids=ids, **cache, use_cache=True, cache_position=torch.arange(length, device=device))
     token = out.logits[:, -1].argmax(-1, keepdim=True)
     sync()
     ttft = time.perf_counter() - start
+    if probe:
+        projected.append(probe.since(mark))
     tokens = [token]
     per_token = []
     for step in range(gen_tokens - 1):
+        mark = probe.mark() if probe else None
         start = time.perf_counter()
         out = model(input_ids=token, **cache, use_cache=True,
                     cache_position=torch.tensor([length + step], device=device))
         token = out.logits[:, -1].argmax(-1, keepdim=True)
         sync()
         per_token.append(time.perf_counter() - start)
+        if probe:
+            projected.append(probe.since(mark))
         tokens.append(token)
-    return ttft, per_token, torch.cat(tokens, dim=1).tolist()
+    return ttft, per_token, torch.cat(tokens, dim=1).tolist(), projected
 
 
 def greedy_static(model, ids: torch.Tensor, new_tokens: int, pad_token_id: int) -> list[list[int]]:
@@ -68,17 +89,34 @@ def greedy_static(model, ids: torch.Tensor, new_tokens: int, pad_token_id: int) 
     return decode_once(model, ids, new_tokens, synchronizer(ids.device))[2]
 
 
+def _projected(steady: list, batch: int, length: int) -> dict:
+    """Projected TTFT, per-token latency, throughputs and MFU of the steady-state requests."""
+    from ..projection import LABEL, get_projector
+
+    ttft = [r[3][0]["seconds"] for r in steady]
+    tokens = [p["seconds"] for r in steady for p in r[3][1:]]
+    windows = [p for r in steady for p in r[3]]
+    seconds = sum(p["seconds"] for p in windows)
+    return {"label": LABEL, "ttft_seconds": percentiles(ttft), "per_token_seconds": percentiles(tokens),
+            "prefill_tokens_per_second": batch * length * len(ttft) / sum(ttft) if sum(ttft) else None,
+            "decode_tokens_per_second": batch * len(tokens) / sum(tokens) if sum(tokens) else None,
+            "flops": sum(p["flops"] for p in windows),
+            "mfu": get_projector().mfu(sum(p["flops"] for p in windows), seconds)}
+
+
 def measure_generation(model, batches: dict, gen_tokens: int, iters: int, device, on_iter) -> dict:
-    """Per sequence length: the cold first request, then ``iters - 1`` steady-state requests."""
+    """Per sequence length: the cold first request, then ``iters - 1`` steady-state requests
+    (host times; on ``neuron`` also their projection, under ``projected``)."""
     sync = synchronizer(device)
-    shapes, all_ttft, all_token = {}, [], []
+    probe = probe_for(device)
+    shapes, all_ttft, all_token, all_steady = {}, [], [], []
     for length, rows in sorted(batches.items()):
         ids = torch.tensor(rows, device=device)
         runs = []
         for _ in range(iters):
-            runs.append(decode_once(model, ids, gen_tokens, sync))
+            runs.append(decode_once(model, ids, gen_tokens, sync, probe))
             on_iter()
-        (cold_ttft, cold_tokens, _), steady = runs[0], runs[1:]
+        (cold_ttft, cold_tokens, _, _), steady = runs[0], runs[1:]
         ttft = [r[0] for r in steady]
         tokens = [t for r in steady for t in r[1]]
         decode_seconds = [sum(r[1]) for r in steady]
@@ -95,10 +133,19 @@ def measure_generation(model, batches: dict, gen_tokens: int, iters: int, device
             "ttft_samples": ttft,
             "per_token_samples": tokens,
         }
+        if probe and steady:
+            shapes[str(length)]["projected"] = _projected(steady, batch, length)
         all_ttft += ttft
         all_token += tokens
-    return {"gen_tokens": gen_tokens, "iters": iters, "shapes": shapes,
+        all_steady += steady
+    data = {"label": "host", "gen_tokens": gen_tokens, "iters": iters, "shapes": shapes,
             "ttft_seconds": percentiles(all_ttft), "per_token_seconds": percentiles(all_token)}
+    projected = [s["projected"] for s in shapes.values() if "projected" in s]
+    if projected:
+        data["projected"] = {"label": projected[0]["label"], "ttft_seconds": percentiles(
+            [r[3][0]["seconds"] for r in all_steady]), "per_token_seconds": percentiles(
+            [p["seconds"] for r in all_steady for p in r[3][1:]])}
+    return data
 
 
 def reset_peak_memory(device: torch.device) -> None:

@@ -33,7 +33,8 @@ from .config import PilotConfig, PilotError
 from .device import is_emulated, resolve_device, set_core_capacity, use_instance
 from .inputs import load_tokenizer
 from .model import describe, load_reference, out_of_memory, to_device
-from .output import Staging, check_out
+from ..projection import price as instance_price
+from .output import PROJECTED_TRACE, Staging, check_out
 from .report import STEP_ORDER, Check, Report, StepSection, to_json_text
 from .report.schema import Environment, ReportError
 from .steps import STEPS, checkpoint, compilation, cost, finetune, inputs, numerics, performance, quality
@@ -304,11 +305,13 @@ class PilotRun:
         if device.type == "neuron":
             topo = torch.neuron.topology()
             p = topo.profile
+            rate, source = cost.price_for(device.type, self.cfg.price_per_hour, p.name)
             env.instance = {"name": p.name, "family": p.family, "logical_nc_config": topo.lnc,
                             "visible_cores": topo.device_count,
                             "hbm_per_core_bytes": torch.neuron.get_device_properties(device).total_memory,
                             "hbm_override_gib": self.cfg.hbm_per_core_gib,
-                            "price_per_hour_usd": p.price_per_hour, "price_source": p.price_source,
+                            "price_per_hour_usd": rate, "price_source": source,
+                            "price": instance_price(p.name, self.cfg.price_per_hour),
                             "figures_confirmed": p.confirmed}
 
     def _finetune(self, ref, dev, device, known) -> None:
@@ -318,19 +321,34 @@ class PilotRun:
             return
         perf.reset_peak_memory(device)
         rows = known.batches[min(known.batches)]
+        probe = perf.probe_for(device)
         with self.part("finetune", total=2 * steps, label=f" ({steps} steps, CPU then device)") as advance:
+            mark = probe.mark() if probe else None
             result, checks = finetune.run(ref, dev, rows, steps, device, self.cfg.tolerance,
                                           perf.synchronizer(device), advance)
+            if probe:
+                self._project_training(probe, mark, steps, len(rows))
             self.section("finetune").checks += checks
             self.section("finetune").result = result
             measured = self.section("performance").result
             measured.train_samples_per_second = result.train_samples_per_second
             measured.training_memory = perf.peak_memory(device)
 
+    def _project_training(self, probe, mark, steps: int, rows: int) -> None:
+        """Projected fine-tune figures, where its device time goes, and its timeline as a trace."""
+        from ..projection import get_projector, write_chrome_trace
+
+        window = probe.since(mark)
+        measured = self.section("performance").result
+        measured.projected_training = performance.project_training(window, steps, rows)
+        measured.projection = {k: window[k] for k in ("label", "seconds", "flops", "mfu", "eager_by_engine")}
+        measured.projection["eager"] = {"by_op": window["eager_by_op"]}
+        write_chrome_trace(get_projector(), probe.sequence(mark), self.workdir / PROJECTED_TRACE)
+
     def _cost(self, device) -> None:
         with self.part("cost"):
-            profile = torch.neuron.topology().profile if device.type == "neuron" else None
-            price, source = cost.price_for(device.type, self.cfg.price_per_hour, profile)
+            instance = torch.neuron.topology().profile.name if device.type == "neuron" else None
+            price, source = cost.price_for(device.type, self.cfg.price_per_hour, instance)
             self.section("cost").result = cost.run(
                 price, source, self.report.environment.time_basis, self.cfg.gen_tokens, device.type,
                 self.section("compilation").result, self.section("performance").result,

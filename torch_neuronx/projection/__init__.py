@@ -13,15 +13,15 @@ from .collectives import COLLECTIVE_LOG, CollectiveLog, CollectiveRecord, collec
 from .graph import GraphCost
 from .hardware import DeviceModel, device_model, price
 from .kernel import KernelCost, ProjectionError, engine_of
-from .projector import Projector
+from .projector import LABEL, Projector
 from .recording import ProjectionMode
 from .trace import chrome_trace, write_chrome_trace
 
 __all__ = [
-    "COLLECTIVE_LOG", "Calibration", "CalibrationError", "CollectiveLog", "CollectiveRecord", "DeviceModel",
+    "COLLECTIVE_LOG", "LABEL", "Calibration", "CalibrationError", "CollectiveLog", "CollectiveRecord", "DeviceModel",
     "GraphCost", "KernelCost",
     "ProjectionError", "ProjectionMode", "Projector", "active_calibration", "chrome_trace",
-    "collective_seconds", "defaults", "device_model", "engine_of", "get_projector", "link_for_ranks",
+    "collective_seconds", "configure", "defaults", "device_model", "engine_of", "get_projector", "link_for_ranks",
     "load_calibration", "price", "reset", "snapshot", "write_chrome_trace",
 ]
 
@@ -37,6 +37,16 @@ def get_projector() -> Projector:
         if _default is None:
             _default = Projector()
         return _default
+
+
+def configure(instance=None, lnc: int | None = None) -> Projector:
+    """Make a fresh projector for ``instance`` (a name or profile) at ``lnc`` the process's
+    (``torch_neuronx.reconfigure`` switches target); what the old one projected is dropped."""
+    global _default
+    projector = Projector(instance, lnc)
+    with _default_lock:
+        _default = projector
+    return projector
 
 
 def snapshot(**kwargs) -> dict:

@@ -1,8 +1,9 @@
 """Trainium instance profiles and the logical-core topology of a process.
 
 A profile is the hardware a job would run on: chips, physical NeuronCores per
-chip, HBM per chip, the default logical-core configuration (LNC) and an
-on-demand price. Figures marked ``confirmed=False`` are widely reported but
+chip, HBM per chip and the default logical-core configuration (LNC). Prices
+and performance figures live in ``projection/hardware.json`` (dated, with
+sources; ``projection.price``). Figures marked ``confirmed=False`` are widely reported but
 not stated in the AWS documentation we could read; they are shown as such.
 """
 from __future__ import annotations
@@ -25,9 +26,7 @@ class InstanceProfile:
     hbm_per_chip: int  # bytes
     default_lnc: int
     allowed_lnc: tuple[int, ...]
-    price_per_hour: float | None  # USD, on demand
     confirmed: bool  # are chips/cores/HBM stated by AWS docs?
-    price_source: str
 
     def logical_cores(self, lnc: int) -> int:
         return self.chips * self.cores_per_chip // lnc
@@ -39,16 +38,11 @@ class InstanceProfile:
 PROFILES: dict[str, InstanceProfile] = {
     p.name: p
     for p in (
-        InstanceProfile("trn1.2xlarge", "trn1", 1, 2, 32 * GiB, 1, (1,), 1.34, True,
-                        "AWS on-demand list price, us-east-1 (2023); verify for your region"),
-        InstanceProfile("trn1.32xlarge", "trn1", 16, 2, 32 * GiB, 1, (1,), 21.50, True,
-                        "third-party quote (usage.ai, Jun 2026)"),
-        InstanceProfile("trn2.3xlarge", "trn2", 1, 8, 96 * GiB, 2, (1, 2), None, False,
-                        "no published price found; pass --price-per-hour"),
-        InstanceProfile("trn2.48xlarge", "trn2", 16, 8, 96 * GiB, 2, (1, 2), None, True,
-                        "no published price found; pass --price-per-hour"),
-        InstanceProfile("trn3", "trn3", 1, 8, 144 * GiB, 2, (1, 2), None, False,
-                        "one Trainium3 chip; instance sizes and prices unconfirmed"),
+        InstanceProfile("trn1.2xlarge", "trn1", 1, 2, 32 * GiB, 1, (1,), True),
+        InstanceProfile("trn1.32xlarge", "trn1", 16, 2, 32 * GiB, 1, (1,), True),
+        InstanceProfile("trn2.3xlarge", "trn2", 1, 8, 96 * GiB, 2, (1, 2), False),
+        InstanceProfile("trn2.48xlarge", "trn2", 16, 8, 96 * GiB, 2, (1, 2), True),
+        InstanceProfile("trn3", "trn3", 1, 8, 144 * GiB, 2, (1, 2), False),  # one chip; sizes unconfirmed
     )
 }
 

@@ -84,3 +84,40 @@ def compile_vs_run(modes: dict) -> str | None:
     ax.set_title("compile vs run time (forward pass)")
     ax.legend()
     return png(fig)
+
+
+def projected_vs_host(performance: dict) -> str | None:
+    """Host-measured vs projected p50 latencies per mode and shape (log scale: they differ by orders)."""
+    bars = [(f"{mode}\nseq={length}\n{what}", s[key]["p50"], s["projected"][key]["p50"])
+            for mode, g in performance.get("generation", {}).items() for length, s in g["shapes"].items()
+            if "projected" in s
+            for key, what in (("ttft_seconds", "TTFT"), ("per_token_seconds", "per token"))
+            if s[key]["p50"] and s["projected"][key]["p50"]]
+    if not bars:
+        return None
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(bars)), 3.4))
+    x = range(len(bars))
+    ax.bar([i - 0.2 for i in x], [b[1] * 1e3 for b in bars], width=0.4, label="host (measured)",
+           color=COLORS["cpu"])
+    ax.bar([i + 0.2 for i in x], [b[2] * 1e3 for b in bars], width=0.4, label="projected (Trainium)",
+           color=COLORS["device"])
+    ax.set_xticks(list(x), [b[0] for b in bars], fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms (p50)")
+    ax.set_title("projected vs host latency")
+    ax.legend()
+    return png(fig)
+
+
+def projected_by_op(by_op: dict, top: int = 12) -> str | None:
+    """Projected device seconds (kernel + launch) per op, the ``top`` largest and the rest."""
+    if not by_op:
+        return None
+    totals = sorted(((op, r["kernel_seconds"] + r["launch_seconds"]) for op, r in by_op.items()),
+                    key=lambda kv: -kv[1])
+    shown = totals[:top] + ([("(other ops)", sum(s for _, s in totals[top:]))] if len(totals) > top else [])
+    fig, ax = plt.subplots(figsize=(7, 0.3 * len(shown) + 1.2))
+    ax.barh([op for op, _ in shown][::-1], [s * 1e3 for _, s in shown][::-1], color=COLORS["device"])
+    ax.set_xlabel("projected ms (kernel + launch overhead)")
+    ax.set_title("projected device time per op (eager)")
+    return png(fig)

@@ -1,4 +1,9 @@
-"""Step "Performance": latency percentiles, throughput and peak memory, measured on any device."""
+"""Step "Performance": latency percentiles, throughput and peak memory, measured on any device.
+
+Measured figures are host times (``host``); on the ``neuron`` device the same
+requests and fine-tune steps are also projected onto the chosen Trainium
+instance (``projected``, docs/projection.md) and shown beside them.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -16,6 +21,8 @@ class PerformanceResult:
     inference_memory: dict | None = None
     train_samples_per_second: float | None = None
     training_memory: dict | None = None
+    projected_training: dict | None = None  # projected seconds per step, samples/s, MFU
+    projection: dict | None = None  # metrics()["projection"] of the whole run: by op, by engine
 
     def to_data(self) -> dict:
         data = {"generation": dict(self.generation)} if self.generation else {}
@@ -28,6 +35,15 @@ def run(result: PerformanceResult, mode: str, dev_model, batches: dict, gen_toke
     result.generation[mode] = perf.measure_generation(dev_model, batches, gen_tokens, iters, device, advance)
 
 
+def project_training(window: dict, steps: int, rows: int) -> dict | None:
+    """Projected fine-tune figures from the projection of ``steps`` device steps of ``rows`` samples."""
+    if not steps or not window["seconds"]:
+        return None
+    return {"label": window["label"], "seconds_per_step": window["seconds"] / steps,
+            "samples_per_second": rows * steps / window["seconds"], "mfu": window["mfu"],
+            "kernel_signatures": sum(r["signatures"] for r in window["eager_by_op"].values())}
+
+
 def status(r: PerformanceResult) -> str | None:
     return None if r.generation else "not_available"
 
@@ -36,6 +52,8 @@ def summary(r: PerformanceResult) -> str:
     parts = [f"{m}: TTFT p50 {g['ttft_seconds']['p50'] * 1e3:.1f} ms"
              + (f", per token p50 {g['per_token_seconds']['p50'] * 1e3:.1f} ms"
                 if g["per_token_seconds"]["p50"] is not None else "")
+             + (f" (host); projected TTFT p50 {g['projected']['ttft_seconds']['p50'] * 1e3:.3f} ms"
+                if "projected" in g else "")
              for m, g in r.generation.items()]
     return "; ".join(parts) or "no mode ran"
 
@@ -63,6 +81,41 @@ def html(data: dict) -> str:
     if mem_rows:
         out.append(table(["phase", "scope", "peak MiB", "capacity GiB", "peak / capacity"], mem_rows))
     if data.get("train_samples_per_second") is not None:
-        out.append(f"<p>Training throughput: {data['train_samples_per_second']:.2f} samples/s.</p>")
+        out.append(f"<p>Training throughput (host): {data['train_samples_per_second']:.2f} samples/s.</p>")
     out.append(img(plots.latency(data.get("generation", {})), "latency distribution"))
+    out.append(_projected_html(data))
+    return "".join(out)
+
+
+def _projected_html(data: dict) -> str:
+    """Projected figures beside the host ones, and where the projected time goes."""
+    rows = []
+    for mode, g in data.get("generation", {}).items():
+        for length, s in g["shapes"].items():
+            p = s.get("projected")
+            if p:
+                rows.append([e(mode), e(length)] + [num(x, "{:.4f}", 1e3) for x in (
+                    s["ttft_seconds"]["p50"], p["ttft_seconds"]["p50"], s["per_token_seconds"]["p50"],
+                    p["per_token_seconds"]["p50"])] + [num(s["decode_tokens_per_second"], "{:.0f}"),
+                                                       num(p["decode_tokens_per_second"], "{:.0f}"),
+                                                       num(p["mfu"], "{:.2%}")])
+    training = data.get("projected_training")
+    if not rows and not training:
+        return ""
+    out = ['<h3>Projected on Trainium</h3><p class="banner">Projected figures come from the device model '
+           "(docs/projection.md): one logical NeuronCore, documented efficiency factors; host figures are "
+           "measured on the host CPU.</p>"]
+    if rows:
+        out.append(table(["mode", "seq len", "host TTFT p50 ms", "projected TTFT p50 ms", "host per-token p50 ms",
+                          "projected per-token p50 ms", "host decode tok/s", "projected decode tok/s",
+                          "projected MFU"], rows))
+    if training:
+        out.append(table(["fine-tune", "host", "projected"], [
+            ["samples/s", num(data.get("train_samples_per_second"), "{:.2f}"),
+             num(training["samples_per_second"], "{:.1f}")],
+            ["MFU", "", num(training["mfu"], "{:.2%}")]]))
+    out.append(img(plots.projected_vs_host(data), "projected vs host"))
+    projection = data.get("projection") or {}
+    out.append(img(plots.projected_by_op(projection.get("eager", {}).get("by_op", {})),
+                   "projected time per op"))
     return "".join(out)
