@@ -20,7 +20,7 @@ from .narrowing import get_64bit_mode, mode_from_env, set_64bit_mode
 from .neff_cache import NeffCache
 
 __all__ = [
-    "add_signature_listener", "clear_op_tracking", "export_metrics", "get_64bit_mode",
+    "add_metrics_section", "add_signature_listener", "clear_op_tracking", "export_metrics", "get_64bit_mode",
     "get_executed_ops", "get_fallback_ops", "get_host_ops", "kernel_accounting_enabled", "metrics",
     "remove_signature_listener", "reset_metrics", "set_64bit_mode", "set_host_ops",
     "set_kernel_accounting", "use_neff_cache",
@@ -121,6 +121,11 @@ def get_host_ops() -> tuple[str, ...]:
 def metrics() -> dict:
     """A snapshot of kernels, estimated compile time, cache, memory and ops."""
     return _metrics.snapshot(_accounting, _enabled)
+
+
+def add_metrics_section(name: str, read, reset) -> None:
+    """Let a higher layer add a section to ``metrics()`` (see ``fidelity/metrics.py``)."""
+    _metrics.add_section(name, read, reset)
 
 
 def reset_metrics() -> None:
