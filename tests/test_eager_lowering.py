@@ -129,3 +129,11 @@ def test_coverage_figures_with_and_without_the_lowering_check():
     assert summarise(results, installed=[])["ops_not_lowered"] == {"aten::erfinv": ["gpt2"]}
     unchecked = [{**r, "lowers": {"ok": None, "error": "not checked", "ops_not_lowered": []}} for r in results]
     assert summarise(unchecked, installed=[])["overall"]["coverage_percent_with_lowering"] is None
+
+
+def test_out_variant_is_lowered_at_the_result_shape():
+    # The eager path hands arange.start_out an empty buffer that the kernel resizes; the lowering
+    # traces the buffer at its final shape (meta kernel) rather than failing on the resize.
+    out = torch.empty(0, dtype=torch.int64, device="meta")
+    result = kernel_lowering.lower_kernel("aten::arange.start_out", (0, 16, 1), {"out": out})
+    assert result.lowered is True and result.stablehlo_op_count > 0

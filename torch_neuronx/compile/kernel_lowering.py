@@ -117,6 +117,19 @@ def _trace(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> torch.
     return traced(*inputs)
 
 
+def _resize_outputs(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> None:
+    """Give ``out=`` buffers the result's shape by running the op's meta kernel on the meta arguments.
+
+    The eager path hands an out-variant kernel an empty buffer that the kernel resizes; the real
+    product lowers the computation, not the resize, so the buffer is traced at its final shape."""
+    if not overload._schema.is_mutable:
+        return
+    try:
+        overload(*args, **kwargs)
+    except Exception:  # no meta kernel: trace as called, the lowering reports what fails
+        pass
+
+
 def lower_kernel(op: str, args: tuple, kwargs: dict | None = None) -> LoweringResult:
     """Lower one kernel signature (``op`` like ``"aten::add.Tensor"``, tensors on ``meta``)."""
     start = time.perf_counter()
@@ -127,8 +140,10 @@ def lower_kernel(op: str, args: tuple, kwargs: dict | None = None) -> LoweringRe
     except ValueError as exc:
         return LoweringResult(op, False, stage="resolve", reason=str(exc))
     args, kwargs = split_by_schema(overload, tuple(args), dict(kwargs or {}))
+    args, kwargs = as_meta(args), as_meta(kwargs)
+    _resize_outputs(overload, args, kwargs)
     try:
-        gm = _trace(overload, as_meta(args), as_meta(kwargs))
+        gm = _trace(overload, args, kwargs)
     except Exception as exc:  # any tracing failure means the real product cannot build a kernel
         return LoweringResult(op, False, stage="trace", reason=first_line(exc, limit=300),
                               seconds=time.perf_counter() - start)
