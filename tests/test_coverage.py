@@ -8,7 +8,7 @@ import pytest
 from torch_neuronx.cli.main import main
 from torch_neuronx.coverage.probe import CHECKS, classify
 from torch_neuronx.coverage.sweep import ProbeWorker, summarise
-from torch_neuronx.testing.tiny_models import TinySize, tiny_config
+from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm, tiny_config
 
 TINY_LAYERS = TinySize().layers
 
@@ -21,6 +21,29 @@ def test_tiny_config_shrinks_generically():
     assert len(gemma3.layer_types) == TINY_LAYERS
     gpt2 = tiny_config("gpt2")  # special-token ids stay inside the shrunk vocabulary
     assert gpt2.n_embd == 64 and gpt2.eos_token_id < gpt2.vocab_size
+
+
+# Formerly unbuildable: heterogeneous per-layer configs (gemma4_text, dots3_note_text), a default config
+# missing values (dbrx, lfm2_moe, cohere_compass_text), a decoder sub-config (musicgen), tied hybrid layers (zamba).
+@pytest.mark.parametrize("model_type", ["gemma4_text", "dots3_note_text", "dbrx", "lfm2_moe", "cohere_compass_text",
+                                        "musicgen", "zamba"])
+def test_formerly_failing_architectures_build_tiny_and_run(model_type):
+    import torch
+
+    model = tiny_causal_lm(model_type)
+    assert sum(p.numel() for p in model.parameters()) < 3_000_000
+    ids = torch.randint(3, 200, (2, 8), generator=torch.Generator().manual_seed(0))
+    logits = model(input_ids=ids).logits
+    assert logits.shape[:2] == (2, 8) and torch.isfinite(logits).all()
+
+
+def test_heterogeneous_per_layer_overrides_follow_the_kept_layers():
+    config = tiny_config("gemma4_text")  # 30 layers, every 6th full attention with its own head_dim
+    assert config.num_hidden_layers == TINY_LAYERS and sorted(set(config.layer_types)) == \
+        ["full_attention", "sliding_attention"]
+    overrides = config._heterogeneity_spec.per_layer_overrides
+    assert set(overrides) <= set(range(config.num_hidden_layers))
+    assert all(o.get("head_dim", 16) == TinySize().head_dim for o in overrides.values())
 
 
 def _result(name, cpu_ok, dev_ok):
@@ -56,7 +79,14 @@ def test_sweep_of_two_architectures(tmp_path, capsys):
         assert r["status"] == "pass", r
         assert set(r["device_checks"]) == set(CHECKS) and all(c["ok"] for c in r["device_checks"].values())
     assert report["summary"]["overall"]["coverage_percent"] == 100.0
-    assert "coverage 100.0%" in capsys.readouterr().out
+    for r in report["results"]:  # the "lowers" column: every kernel of the device checks lowered once
+        lowers = r["lowers"]
+        assert lowers["signatures"] > 10 and lowers["stablehlo_ops"] > 0
+        assert lowers["ok"] == (not lowers["ops_not_lowered"])
+    not_lowered = report["summary"]["ops_not_lowered"]
+    assert all(set(archs) <= {"llama", "gpt2"} for archs in not_lowered.values())
+    out = capsys.readouterr().out
+    assert "coverage 100.0%" in out and "lowers" in out and "with the lowering check" in out
 
 
 @pytest.mark.slow

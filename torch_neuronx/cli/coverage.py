@@ -40,6 +40,12 @@ def _mark(check: dict | None) -> str:
     return "[green]✓[/green]" if check and check["ok"] else "[red]✗[/red]"
 
 
+def _lowers_mark(result: dict) -> str:
+    """✓ every device kernel lowers to StableHLO, ✗ some would fall back to CPU, – not checked."""
+    check = result.get("lowers")
+    return "–" if check is None or check["ok"] is None else _mark(check)
+
+
 STATUS_STYLE = {"pass": "green", "device_fail": "bold red", "cpu_fail": "yellow", "build_failed": "dim"}
 
 
@@ -80,13 +86,14 @@ def run(args: argparse.Namespace) -> int:
             bar.console.print(f"{result['model_type']:<28} [{STATUS_STYLE.get(result['status'], '')}]"
                               f"{result['status']}[/]")
 
-        results = run_sweep(chosen, args.device, args.jobs, args.timeout, out, on_result)
+        results = run_sweep(chosen, args.device, args.jobs, args.timeout, out, on_result, lower=not args.no_lowering)
     summary = summarise(results, installed)
     report = {
         "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION,
         "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": args.device, "torch": torch.__version__, "transformers": transformers.__version__,
         "checks": list(CHECKS), "selection": {"only": args.only, "limit": args.limit, "popular": args.popular},
+        "lowering_checked": not args.no_lowering,
         "summary": summary, "results": results,
     }
     (out / "coverage.json").write_text(json.dumps(report, indent=2))
@@ -96,14 +103,17 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("status")
     for c in CHECKS:
         table.add_column(c.replace("generate_", "gen "), justify="center")
+    table.add_column("lowers", justify="center")
     table.add_column("first problem", overflow="fold")
     for r in results:
         dev, cpu = r.get("device_checks", {}), r.get("cpu", {})
         problem = r.get("error") or next((f"{c}: {dev[c]['error']}" for c in CHECKS if c in dev and not dev[c]["ok"]),
                                          "")
+        lowering_error = (r.get("lowers") or {}).get("error")
+        problem = problem or (f"lowers: {lowering_error}" if lowering_error else "")
         table.add_row(r["model_type"], f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]",
                       *[f"{_mark(dev.get(c))}/{_mark(cpu.get(c))}" if cpu else "–" for c in CHECKS],
-                      problem[:160])
+                      _lowers_mark(r), problem[:160])
     console.print(table)
     for scope in ("overall", "popular"):
         f = summary[scope]
@@ -112,6 +122,12 @@ def run(args: argparse.Namespace) -> int:
             f"coverage {f['coverage_percent']}% of the {f['cpu_clean']} that pass every check on CPU; "
             f"device matches CPU on {f['parity_percent']}% of those that build; "
             f"{f['cpu_fail']} fail on CPU too, {f['build_failed']} cannot be built tiny")
+        if f["coverage_percent_with_lowering"] is not None:
+            console.print(f"  with the lowering check: {f['lowers']}/{f['lowering_checked']} lower every kernel to "
+                          f"StableHLO; coverage {f['coverage_percent_with_lowering']}%")
+    if summary["ops_not_lowered"]:
+        console.print("[bold yellow]ops that do not lower (would fall back to CPU):[/bold yellow] "
+                      + ", ".join(f"{op} ({len(arch)})" for op, arch in summary["ops_not_lowered"].items()))
     if summary["device_failures"]:
         console.print(f"[bold red]device-only failures:[/bold red] {', '.join(summary['device_failures'])}")
     console.print(f"report: {out / 'coverage.json'}")
@@ -130,4 +146,6 @@ def add_parser(sub) -> None:
     p.add_argument("--jobs", type=int, default=1, help="worker processes in parallel (default 1)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per architecture (default 300)")
     p.add_argument("--out", default="coverage-report", help="output directory (default coverage-report)")
+    p.add_argument("--no-lowering", action="store_true",
+                   help="skip the check that every device kernel lowers to StableHLO (needs torch-mlir; slower)")
     p.set_defaults(func=run)

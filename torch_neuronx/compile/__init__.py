@@ -6,7 +6,7 @@ with Inductor's CPU code generation over zero-copy CPU aliases of device memory.
 Only the light modules are imported here so that ``import torch`` stays fast;
 Dynamo loads :mod:`.backend` through the ``torch_dynamo_backends`` entry point.
 """
-from . import cache, inductor_device
+from . import cache, inductor_device, kernel_lowering
 from .metrics import get_dynamo_metrics, reset_dynamo_metrics  # noqa: F401
 
 
@@ -14,6 +14,7 @@ def install(device_module) -> None:
     """Point Inductor's caches at ours and add the compile entries of ``torch.neuron``:
     the metrics (as in the real product) and Inductor's device hooks (a clear refusal)."""
     cache.install()
+    kernel_lowering.install()
     device_module.get_dynamo_metrics = get_dynamo_metrics
     device_module.reset_dynamo_metrics = reset_dynamo_metrics
     for name in ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen"):

@@ -6,8 +6,8 @@ lowered through torch-mlir to StableHLO before neuronx-cc compiles it (notes
 (notes §4). :func:`lower_kernel` does that for one kernel signature on
 ``meta`` tensors (no data, no device); :class:`KernelLoweringCollector` lowers
 each *new* signature once and reports, per op, what would fall back to CPU.
-It is opt-in (``TORCHNEURON_LOWER_EAGER=1``): lowering costs milliseconds per
-new signature.
+It is opt-in (``TORCHNEURON_LOWER_EAGER=1`` or :func:`set_eager_lowering`):
+lowering costs milliseconds per new signature, and nothing per repeat.
 """
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ from collections import defaultdict
 from typing import Any
 
 import torch
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from ..runtime.settings import get_flag
+from .. import fidelity
+from ..runtime.errors import first_line
+from ..runtime.settings import get_flag, get_str
 from . import stablehlo
 
 NOT_CHECKED = "not checked (torch-mlir is not installed)"
@@ -63,6 +64,21 @@ def resolve_op(op: str) -> torch._ops.OpOverload:
         raise ValueError(f"no operator {op!r}: {exc}") from None
 
 
+def split_by_schema(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A boxed call (every argument positional, as the dispatcher's stack holds them)
+    split into the positional and keyword-only arguments the Python overload accepts."""
+    schema = overload._schema.arguments
+    if len(args) <= sum(1 for a in schema if not a.kwarg_only):
+        return args, kwargs
+    positional, keywords = [], dict(kwargs)
+    for spec, value in zip(schema, args):
+        if spec.kwarg_only:
+            keywords.setdefault(spec.name, value)
+        else:
+            positional.append(value)
+    return tuple(positional), keywords
+
+
 def as_meta(value: Any) -> Any:
     """``value`` with every tensor replaced by a ``meta`` tensor of the same size, strides and dtype."""
     return pytree.tree_map_only(
@@ -70,11 +86,6 @@ def as_meta(value: Any) -> Any:
         lambda t: torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta"),
         value,
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 def _trace(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> torch.fx.GraphModule:
@@ -89,6 +100,7 @@ def _trace(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> torch.
         call_args, call_kwargs = pytree.tree_unflatten(values, spec)
         return overload(*call_args, **call_kwargs)
 
+    from torch.fx.experimental.proxy_tensor import make_fx
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
     traced = make_fx(
@@ -100,6 +112,19 @@ def _trace(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> torch.
     return traced(*stablehlo.fake_cpu_twins([flat[i] for i in positions]))
 
 
+def _resize_outputs(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> None:
+    """Give ``out=`` buffers the result's shape by running the op's meta kernel on the meta arguments.
+
+    The eager path hands an out-variant kernel an empty buffer that the kernel resizes; the real
+    product lowers the computation, not the resize, so the buffer is traced at its final shape."""
+    if not overload._schema.is_mutable:
+        return
+    try:
+        overload(*args, **kwargs)
+    except Exception:  # no meta kernel: trace as called, the lowering reports what fails
+        pass
+
+
 def lower_kernel(op: str, args: tuple, kwargs: dict | None = None) -> LoweringResult:
     """Lower one kernel signature (``op`` like ``"aten::add.Tensor"``, tensors on ``meta``)."""
     start = time.perf_counter()
@@ -109,10 +134,13 @@ def lower_kernel(op: str, args: tuple, kwargs: dict | None = None) -> LoweringRe
         overload = resolve_op(op)
     except ValueError as exc:
         return LoweringResult(op, False, stage="resolve", reason=str(exc))
+    args, kwargs = split_by_schema(overload, tuple(args), dict(kwargs or {}))
+    args, kwargs = as_meta(args), as_meta(kwargs)
+    _resize_outputs(overload, args, kwargs)
     try:
-        gm = _trace(overload, as_meta(tuple(args)), as_meta(dict(kwargs or {})))
+        gm = _trace(overload, args, kwargs)
     except Exception as exc:  # any tracing failure means the real product cannot build a kernel
-        return LoweringResult(op, False, stage="trace", reason=_first_line(exc),
+        return LoweringResult(op, False, stage="trace", reason=first_line(exc, limit=300),
                               seconds=time.perf_counter() - start)
     try:
         lowered = stablehlo.lower_fx_graph(gm, name=op.replace("::", "_").replace(".", "_"), decompose=False)
@@ -134,38 +162,102 @@ class KernelLoweringCollector:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._results: dict[Any, LoweringResult] = {}
+        self._results: dict[Any, LoweringResult] = {}  # the cache: every signature ever lowered
+        self._seen: set[Any] = set()  # signatures reported since the last forget_seen()
 
     def on_signature(self, op: str, key: Any, args: tuple, kwargs: dict | None = None) -> LoweringResult:
         with self._lock:
             known = self._results.get(key)
-        if known is not None:
-            return known
+            if known is not None:
+                self._seen.add(key)
+                return known
         result = lower_kernel(op, args, kwargs)
         with self._lock:
+            self._seen.add(key)
             return self._results.setdefault(key, result)
+
+    def forget_seen(self) -> None:
+        """Restart the report; lowered signatures stay cached and are not lowered again."""
+        with self._lock:
+            self._seen.clear()
 
     def clear(self) -> None:
         with self._lock:
             self._results.clear()
+            self._seen.clear()
 
     def report(self) -> dict:
-        """Per-op summary: kernels lowered, ops that would fall back to CPU (with the reason)."""
+        """Per-op summary: kernels lowered, ops that would fall back to CPU (or, under
+        ``TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1``, fail), with the reason."""
         with self._lock:
-            results = list(self._results.values())
+            results = [self._results[k] for k in self._seen]
+        verdict = "would fail" if fallback_only_for_unimplemented() else "would fall back to CPU"
         stablehlo_ops: dict[str, int] = defaultdict(int)
         fall_back: dict[str, str] = {}
         for r in results:
             if r.lowered:
                 stablehlo_ops[r.op] += r.stablehlo_op_count or 0
             elif r.lowered is False:
-                fall_back.setdefault(r.op, f"would fall back to CPU ({r.stage}): {r.reason}")
+                fall_back.setdefault(r.op, f"{verdict} ({r.stage}): {r.reason}")
         return {
             "checked": any(r.lowered is not None for r in results) or not results,
             "signatures": len(results),
             "signatures_lowered": sum(1 for r in results if r.lowered),
             "signatures_not_lowered": sum(1 for r in results if r.lowered is False),
             "stablehlo_ops_per_op": dict(sorted(stablehlo_ops.items())),
+            "ops_lowered": sorted(stablehlo_ops),
+            "ops_not_lowered": sorted(fall_back),
+            "fallback_only_for_unimplemented_ops": fallback_only_for_unimplemented(),
             "would_fall_back_to_cpu": dict(sorted(fall_back.items())),
             "lowering_seconds": sum(r.seconds for r in results),
         }
+
+
+def fallback_only_for_unimplemented() -> bool:
+    """The product's strictness switch (notes §4): exactly ``"1"`` turns a failure of an
+    implemented op into an error instead of a CPU fallback; release builds default to ``"0"``.
+    Every op of the emulator has a device kernel, so an op that does not lower is such a failure."""
+    return get_str("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS") == "1"
+
+
+# --- the eager opt-in: one process-wide collector fed by the new-signature listener ---
+
+_collector = KernelLoweringCollector()
+_listening = False
+_switch_lock = threading.Lock()
+
+
+def _on_new_signature(op: str, key: str, args: tuple) -> None:
+    _collector.on_signature(op, key, args)
+
+
+def set_eager_lowering(enabled: bool) -> None:
+    """Lower every new eager kernel signature from now on (or stop); what was lowered stays reported."""
+    global _listening
+    with _switch_lock:
+        if enabled and not _listening:
+            fidelity.add_signature_listener(_on_new_signature)
+        elif not enabled and _listening:
+            fidelity.remove_signature_listener(_on_new_signature)
+        _listening = bool(enabled)
+
+
+def eager_lowering_active() -> bool:
+    return _listening
+
+
+def eager_lowering_report() -> dict:
+    """The ``lowering`` section of ``torch_neuronx.metrics()``: ``enabled`` plus the collector's report."""
+    return {"enabled": _listening, **_collector.report()}
+
+
+def reset_eager_lowering() -> None:
+    """Restart the report with ``reset_metrics()``; lowered signatures stay cached."""
+    _collector.forget_seen()
+
+
+def install() -> None:
+    """Connect the eager opt-in at import when ``TORCHNEURON_LOWER_EAGER=1``; add the metrics section."""
+    fidelity.add_metrics_section("lowering", eager_lowering_report, reset_eager_lowering)
+    if eager_lowering_enabled():
+        set_eager_lowering(True)

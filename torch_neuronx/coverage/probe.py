@@ -107,7 +107,36 @@ def _compare(name: str, out, ref) -> str | None:
     return None
 
 
-def probe(model_type: str, device: str, on_phase=lambda phase: None) -> dict:
+def _lowering_check(report: dict) -> dict:
+    """The "lowers" column: every eager kernel the device checks ran lowers to StableHLO
+    (``ok`` None when torch-mlir is absent and nothing was checked)."""
+    if not report["checked"]:
+        return {"ok": None, "error": "not checked (torch-mlir is not installed)", "ops_not_lowered": []}
+    missing = report["would_fall_back_to_cpu"]
+    error = "; ".join(f"{op}: {why}" for op, why in missing.items()) or None
+    return {"ok": not missing, "error": error, "ops_not_lowered": sorted(missing),
+            "signatures": report["signatures"], "stablehlo_ops": sum(report["stablehlo_ops_per_op"].values())}
+
+
+def _device_checks(model, ids, device, reference: dict, lower: bool) -> tuple[dict, dict | None]:
+    """The checks on ``device``; with ``lower``, every kernel they run is lowered as the real product would
+    (the eager opt-in of compile/kernel_lowering.py, restarted so this architecture's kernels are all seen)."""
+    if not lower or device.type == "cpu":
+        return _run_checks(model, ids, device, reference)[0], None
+    import torch_neuronx
+    from ..compile import kernel_lowering
+
+    was_on = kernel_lowering.eager_lowering_active()
+    torch_neuronx.reset_metrics()  # forget seen signatures: this architecture's are all reported
+    kernel_lowering.set_eager_lowering(True)
+    try:
+        results = _run_checks(model, ids, device, reference)[0]
+    finally:
+        kernel_lowering.set_eager_lowering(was_on)
+    return results, _lowering_check(kernel_lowering.eager_lowering_report())
+
+
+def probe(model_type: str, device: str, on_phase=lambda phase: None, lower: bool = True) -> dict:
     """All checks of one architecture on the CPU and on ``device``; JSON-ready."""
     result = {"model_type": model_type, "device": device}
     on_phase("build")
@@ -128,10 +157,13 @@ def probe(model_type: str, device: str, on_phase=lambda phase: None) -> dict:
     target = torch.device(device)
     try:
         dev_model = copy.deepcopy(model).to(target)
-        dev_results, _ = _run_checks(dev_model, ids.to(target), target, cpu_outputs)
+        dev_results, lowering = _device_checks(dev_model, ids.to(target), target, cpu_outputs, lower)
     except Exception as exc:
-        dev_results = {name: {"ok": False, "error": f"moving the model: {first_line(exc, limit=300)}"} for name in CHECKS}
+        dev_results, lowering = {name: {"ok": False, "error": f"moving the model: {first_line(exc, limit=300)}"}
+                                 for name in CHECKS}, None
     result["cpu"], result["device_checks"] = cpu_results, dev_results
+    if lowering is not None:
+        result["lowers"] = lowering
     result["status"] = classify(cpu_results, dev_results)
     return result
 

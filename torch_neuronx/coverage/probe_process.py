@@ -13,6 +13,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="neuron")
+    parser.add_argument("--no-lowering", action="store_true", help="skip the StableHLO lowering check")
     args = parser.parse_args(argv)
 
     import torch  # noqa: F401  (registers neuron)
@@ -21,7 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     from .probe import probe
 
     return serve(lambda request, emit: probe(request["model_type"], args.device,
-                                             on_phase=lambda phase: emit({"phase": phase})))
+                                             on_phase=lambda phase: emit({"phase": phase}),
+                                             lower=not args.no_lowering))
 
 
 if __name__ == "__main__":

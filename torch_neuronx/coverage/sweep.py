@@ -21,8 +21,9 @@ READY_TIMEOUT_SECONDS = 300
 class ProbeWorker:
     """One child process (:mod:`.probe_process`) probing architectures one at a time; replaced after a crash."""
 
-    def __init__(self, device: str, log_path: Path):
-        self.child = ChildProcess("torch_neuronx.coverage.probe_process", ("--device", device), log_path,
+    def __init__(self, device: str, log_path: Path, lower: bool = True):
+        argv = ("--device", device) + (() if lower else ("--no-lowering",))
+        self.child = ChildProcess("torch_neuronx.coverage.probe_process", argv, log_path,
                                   ready_timeout=READY_TIMEOUT_SECONDS)
 
     def probe(self, model_type: str, timeout: float) -> dict:
@@ -53,7 +54,7 @@ def crashed_result(model_type: str, phase: str, message: str) -> dict:
 
 
 def run_sweep(model_types: list[str], device: str, jobs: int, timeout: float, log_dir: Path,
-              on_result=lambda result: None) -> list[dict]:
+              on_result=lambda result: None, lower: bool = True) -> list[dict]:
     todo: queue.Queue = queue.Queue()
     for name in model_types:
         todo.put(name)
@@ -61,7 +62,7 @@ def run_sweep(model_types: list[str], device: str, jobs: int, timeout: float, lo
     lock = threading.Lock()
 
     def drain(index: int) -> None:
-        worker = ProbeWorker(device, log_dir / f"coverage-worker-{index}.log")
+        worker = ProbeWorker(device, log_dir / f"coverage-worker-{index}.log", lower)
         try:
             while True:
                 try:
@@ -89,8 +90,13 @@ def _figures(results: list[dict]) -> dict:
     passed = [r for r in results if r["status"] == "pass"]
     parity = [r for r in built if r["status"] in ("pass", "cpu_fail")]
 
+    lowering_checked = [r for r in built if r.get("lowers", {}).get("ok") is not None]
+
     def pct(a, b):
         return round(100.0 * len(a) / len(b), 1) if b else None
+
+    def lowers(r):
+        return r.get("lowers", {}).get("ok") is True
 
     return {
         "architectures": len(results),
@@ -105,6 +111,11 @@ def _figures(results: list[dict]) -> dict:
         "parity_percent": pct(parity, built),
         # every check passes on the device, over all architectures
         "full_pass_percent_of_all": pct(passed, results),
+        # with the same eyes as Trainium: the device passes AND every kernel it ran lowers to StableHLO
+        "lowering_checked": len(lowering_checked),
+        "lowers": sum(lowers(r) for r in lowering_checked),
+        "coverage_percent_with_lowering": pct([r for r in cpu_clean if r["status"] == "pass" and lowers(r)], cpu_clean)
+        if lowering_checked else None,
     }
 
 
@@ -118,4 +129,14 @@ def summarise(results: list[dict], installed: list[str]) -> dict:
                     "not_installed": [m for m in POPULAR_TEXT_GENERATION if m not in installed]},
         "device_failures": sorted(r["model_type"] for r in results if r["status"] == "device_fail"),
         "cpu_failures": sorted(r["model_type"] for r in results if r["status"] in ("cpu_fail", "build_failed")),
+        "ops_not_lowered": _ops_not_lowered(results),
     }
+
+
+def _ops_not_lowered(results: list[dict]) -> dict[str, list[str]]:
+    """Each op that does not lower -> the architectures whose device checks ran it."""
+    ops: dict[str, list[str]] = {}
+    for r in results:
+        for op in r.get("lowers", {}).get("ops_not_lowered", []):
+            ops.setdefault(op, []).append(r["model_type"])
+    return dict(sorted(ops.items()))

@@ -21,7 +21,7 @@ from .narrowing import get_64bit_mode, mode_from_env, set_64bit_mode
 from .neff_cache import NeffCache
 
 __all__ = [
-    "add_signature_listener", "clear_op_tracking", "export_metrics", "get_64bit_mode",
+    "add_metrics_section", "add_signature_listener", "clear_op_tracking", "export_metrics", "get_64bit_mode",
     "get_executed_ops", "get_fallback_ops", "get_host_ops", "kernel_accounting_enabled", "metrics",
     "remove_signature_listener", "reset_metrics", "set_64bit_mode", "set_host_ops",
     "set_kernel_accounting", "use_neff_cache",
@@ -127,6 +127,11 @@ def metrics() -> dict:
     data = _metrics.snapshot(_accounting, _enabled)
     data["projection"] = _projected.section()
     return data
+
+
+def add_metrics_section(name: str, read, reset) -> None:
+    """Let a higher layer add a section to ``metrics()`` (see ``fidelity/metrics.py``)."""
+    _metrics.add_section(name, read, reset)
 
 
 def reset_metrics() -> None:

@@ -131,13 +131,32 @@ def snapshot(acc: Accounting, enabled: bool) -> dict:
         "executed_ops": sorted(acc.tracker.executed),
         "fallback_ops": sorted(acc.tracker.fallbacks),
         "int64_float64_mode": get_64bit_mode(),
+        **_section_values(),
     }
+
+
+# --- sections added by higher layers (e.g. compile's eager lowering report) ---
+
+_sections: dict[str, tuple[Callable[[], dict], Callable[[], None]]] = {}
+
+
+def add_section(name: str, read: Callable[[], dict], reset: Callable[[], None]) -> None:
+    """Add ``name: read()`` to every snapshot; ``reset()`` runs with ``reset_metrics()``.
+
+    Layers above fidelity cannot be imported here, so they register themselves."""
+    _sections[name] = (read, reset)
+
+
+def _section_values() -> dict:
+    return {name: read() for name, (read, _) in _sections.items()}
 
 
 def _reset_counts(acc: Accounting) -> None:
     _C._reset_accounting()
     acc.reset()
     acc.tracker.clear()
+    for _, reset_section in _sections.values():
+        reset_section()
 
 
 def reset(acc: Accounting) -> None:

@@ -165,6 +165,11 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
     _S("TORCH_NEURONX_DEBUG_DIR", "str", None,
        "where artifacts go: `stablehlo/proc_<rank>/<graph name>.stablehlo.mlir`", "product",
        "compile/stablehlo.py", default_text="`<tmp>/neuron_backend`"),
+    _S("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS", "str", None,
+       "exactly `1`: an implemented op that fails on the device raises instead of falling back to CPU; "
+       "the eager lowering report says \"would fail\" for ops that do not lower "
+       "([compile](compile.md#eager-kernels))", "product", "compile/kernel_lowering.py",
+       default_text="unset = `0` (release builds; DEV builds of the real product use `1`)"),
     _S("TORCHNEURON_LOWER_EAGER", "flag", False,
        "`1`: lower each new eager kernel signature to StableHLO and report ops that would fall back to "
        "CPU ([compile](compile.md#eager-kernels))", "ours", "compile/kernel_lowering.py"),

@@ -55,7 +55,7 @@ def _generic(size: TinySize) -> dict:
         "n_group": 1, "topk_group": 1,
         "kv_lora_rank": d, "q_lora_rank": 2 * d, "qk_rope_head_dim": d // 2, "qk_nope_head_dim": d // 2,
         "v_head_dim": d, "rotary_dim": d // 2, "attention_hidden_size": h, "embedding_dim": h,
-        "vocab_size": size.vocab,
+        "vocab_size": size.vocab, "vocab_size_per_layer_input": size.vocab,
         "max_position_embeddings": size.positions, "n_positions": size.positions, "n_ctx": size.positions,
     }
 
@@ -64,23 +64,54 @@ TOKEN_ID_ATTRS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start
                   "cls_token_id", "unk_token_id", "mask_token_id")
 LAYER_COUNT_ATTRS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "decoder_layers")
 
-# Configs whose own constraints the generic table breaks, found by running the sweep.
+# Configs whose own constraints the generic table breaks, or whose defaults in Transformers cannot be
+# built at all, found by running the sweep. ``"a.b"`` sets ``b`` of the sub-config ``a``.
+_ROPE = {"rope_theta": 10000.0, "rope_type": "default"}
+_INDEXER = {"indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 16,
+            "indexer_compress_ratio": 4}
 OVERRIDES: dict[str, dict] = {
     "mamba2": {"num_heads": 8, "head_dim": 16, "n_groups": 1},  # heads × head_dim = expand × hidden
     "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1},
+    "dbrx": {"attn_config.rope_theta": 10000.0, "attn_config.clip_qkv": 8.0},  # defaults: none, None (clamp fails)
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},  # the default leaves them unset
+    "cohere_compass_text": {"rope_parameters": {"full_attention": _ROPE}},  # keyed by layer type, default empty
+    "qwen4_exp": {f"text_config.{k}": v for k, v in _INDEXER.items()},  # the indexer sizes default to None
+    "qwen4_exp_text": _INDEXER,
+    "reformer": {"axial_pos_embds_dim": (32, 32), "axial_pos_shape": (16, 16), "attention_head_size": 16,
+                 "local_attn_chunk_length": 4, "lsh_attn_chunk_length": 4, "num_buckets": 2},
+    "gemma3n_text": {"num_kv_shared_layers": 0},
+    "musicgen": {"num_codebooks": 1},  # input ids are (batch × codebooks, length): one codebook keeps them plain
+    "musicgen_melody": {"num_codebooks": 1},  # two layers leave none to share a cache with
+    "zamba": {"layers_block_type": ["linear_attention", "hybrid", "hybrid"], "num_hidden_layers": 3,
+              "attention_hidden_size": 128, "attention_head_dim": 32, "mamba_dt_rank": 4},  # shared attention is tied across hybrid layers
 }
 
 
-def _keep_layers(config, values: dict, old_layers: int, layers: int) -> None:
+# Arguments without which the architecture's default config fails its own validation.
+CONFIG_ARGUMENTS = {
+    "gemma4_assistant": {"text_config": {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0}},
+}
+
+# Causal LMs built from one sub-config of their architecture's default config (the decoder of a composite).
+SUB_CONFIGS = {"musicgen": "decoder", "musicgen_melody": "decoder"}
+
+
+def _set(config, attr: str, value) -> None:
+    owner, _, name = attr.rpartition(".")
+    setattr(getattr(config, owner) if owner else config, name, value)
+
+
+def _keep_layers(config, values: dict, old_layers: int, layers: int, per_layer: dict[int, dict]) -> list[int]:
     """Cut per-layer lists to a few layers, keeping one layer of every kind they mention.
 
     Hybrid models (linear + full attention, sliding + global) break when the
     first layers happen to be of one kind only, so the kept layers are the
     first of each distinct value, topped up with the earliest others.
     """
-    per_layer = {a: v for a, v in values.items() if isinstance(v, list) and len(v) == old_layers}
+    lists = {a: v for a, v in values.items() if isinstance(v, list) and len(v) == old_layers}
     firsts: set[int] = set()
-    for value in per_layer.values():
+    kinds = list(lists.values()) + ([[per_layer.get(i) for i in range(old_layers)]] if per_layer else [])
+    for value in kinds:
         seen: set[str] = set()
         for i, item in enumerate(value):
             if repr(item) not in seen:
@@ -88,14 +119,32 @@ def _keep_layers(config, values: dict, old_layers: int, layers: int) -> None:
                 firsts.add(i)
     others = [i for i in range(old_layers) if i not in firsts]
     indices = sorted(firsts | set(others[: max(0, layers - len(firsts))]))
-    for attr, value in per_layer.items():
+    for attr, value in lists.items():
         setattr(config, attr, [value[i] for i in indices])
     for attr in LAYER_COUNT_ATTRS:
         if isinstance(values.get(attr), int):
             setattr(config, attr, len(indices))
+    return indices
+
+
+def _take_per_layer_overrides(config) -> dict[int, dict]:
+    """A heterogeneous config's per-layer overrides, removed so the config reads as homogeneous
+    while it is shrunk (its per-layer attributes raise on global access otherwise)."""
+    spec = config.__dict__.get("_heterogeneity_spec")
+    if spec is None:
+        return {}
+    overrides = {int(i): dict(o) for i, o in spec.per_layer_overrides.items()}
+    config.per_layer_config = None
+    return overrides
+
+
+def _shrink_overrides(overrides: dict, generic: dict) -> dict:
+    return {a: generic[a] if a in generic and isinstance(v, int) and not isinstance(v, bool) and v else v
+            for a, v in overrides.items()}
 
 
 def _shrink(config, size: TinySize) -> None:
+    per_layer = _take_per_layer_overrides(config)
     old_layers = next((getattr(config, a) for a in LAYER_COUNT_ATTRS if isinstance(getattr(config, a, None), int)),
                       None)
     values = config.to_dict()
@@ -107,8 +156,14 @@ def _shrink(config, size: TinySize) -> None:
         config.head_dim = generic["qk_rope_head_dim"]  # multi-head latent attention ropes head_dim dims
     if "kv_lora_rank" in values and "num_key_value_heads" in values:
         config.num_key_value_heads = size.heads  # MLA caches one key/value per head
+    indices = list(range(old_layers or 0))
     if old_layers and old_layers != size.layers:
-        _keep_layers(config, values, old_layers, size.layers)
+        indices = _keep_layers(config, values, old_layers, size.layers, per_layer)
+    if old_layers and values.get("num_kv_shared_layers") == old_layers:  # assistants share every layer's cache
+        config.num_kv_shared_layers = len(indices)
+    if per_layer:  # kept layers keep their own overrides, shrunk like the globals
+        config.per_layer_config = {new: _shrink_overrides(per_layer[old], generic)
+                                   for new, old in enumerate(indices) if old in per_layer}
     vocab = getattr(config, "vocab_size", size.vocab) or size.vocab
     for i, attr in enumerate(TOKEN_ID_ATTRS):
         value = getattr(config, attr, None)
@@ -116,7 +171,9 @@ def _shrink(config, size: TinySize) -> None:
             setattr(config, attr, i % 3)
         elif isinstance(value, list):
             setattr(config, attr, [v if v < vocab else i % 3 for v in value])
-    for attr, value in list(values.items()):  # nested configs (text / decoder sub-configs)
+    for attr, value in list(values.items()):  # nested configs (text / decoder sub-configs) serialise as dicts
+        if not isinstance(value, dict):
+            continue
         sub = getattr(config, attr, None)
         if hasattr(sub, "to_dict") and hasattr(sub, "model_type") and sub is not config:
             _shrink(sub, size)
@@ -126,23 +183,29 @@ def tiny_config(model_type: str, size: TinySize = TinySize(), **overrides):
     """The architecture's default config, shrunk to ``size``, then ``overrides``; raises if it cannot be built."""
     from transformers import AutoConfig
 
-    config = AutoConfig.for_model(model_type)
+    config = AutoConfig.for_model(model_type, **CONFIG_ARGUMENTS.get(model_type, {}))
+    if model_type in SUB_CONFIGS:
+        config = getattr(config, SUB_CONFIGS[model_type])
     _shrink(config, size)
     config.is_decoder = True  # BERT-style encoders in the causal-LM mapping need it
     for attr, value in {**OVERRIDES.get(model_type, {}), **overrides}.items():
-        setattr(config, attr, value)
+        _set(config, attr, value)
     return config
 
 
 def tiny_causal_lm(model_type: str = "llama", size: TinySize = TinySize(), seed: int = 0,
                    attn_implementation: str | None = None, **overrides):
     """A float32 causal LM of ``model_type`` on CPU with seeded random weights, in eval mode."""
-    from transformers import AutoModelForCausalLM
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     config = tiny_config(model_type, size, **overrides)
     torch.manual_seed(seed)
     kwargs = {"attn_implementation": attn_implementation} if attn_implementation else {}
-    return AutoModelForCausalLM.from_config(config, dtype=torch.float32, **kwargs).eval()
+    if model_type in SUB_CONFIGS:  # the Auto mapping does not know the sub-config's type: name the class
+        model_class = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+        return model_class._from_config(config, dtype=torch.float32, **kwargs).eval()
+    return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32, **kwargs).eval()
 
 
 BYTE_VOCAB = 3 + 256  # the three special tokens, then one id per byte value

@@ -1,6 +1,7 @@
 """Step "Compilation": the cold first call of every shape, then a warm one that must compile nothing."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 
@@ -40,6 +41,7 @@ def run(result: CompilationResult, mode: str, dev_model, device: torch.device, b
     shapes, checks = {}, []
     data["shapes"] = shapes
     compiler.reset_dynamo()
+    lowering = data["lowering"] = _empty_lowering() if _lowers_eager(mode, device) else None
     for length, rows in sorted(batches.items()):
         ids = torch.tensor(rows, device=device)
         entry = {}
@@ -48,10 +50,12 @@ def run(result: CompilationResult, mode: str, dev_model, device: torch.device, b
             graphs_before = compiler.dynamo_metrics()["dynamo_unique_graphs"]
             sync()
             start = time.perf_counter()
-            with torch.no_grad():
+            with torch.no_grad(), _eager_lowering(lowering is not None and phase == "cold"):
                 dev_model(input_ids=ids, use_cache=False)
             sync()
             fid = compiler.fidelity_metrics(device)
+            if lowering is not None and phase == "cold":
+                _merge_lowering(lowering, fid.get("lowering"))
             entry[phase] = {
                 "seconds": time.perf_counter() - start,
                 "new_graphs": compiler.dynamo_metrics()["dynamo_unique_graphs"] - graphs_before,
@@ -70,7 +74,73 @@ def run(result: CompilationResult, mode: str, dev_model, device: torch.device, b
                             f"new {what} on the second call of the same shape"))
     data["fidelity"] = compiler.fidelity_metrics(device)
     data["dynamo"] = compiler.dynamo_metrics() if mode == "compile" else None
-    return checks
+    return checks + _lowering_checks(lowering)
+
+
+# --- eager kernels lowered to StableHLO (the opt-in of compile/kernel_lowering.py) ---
+
+def _lowers_eager(mode: str, device: torch.device) -> bool:
+    """Eager on neuron: each new kernel of the cold calls is lowered as the real product would."""
+    return mode == "eager" and device.type == "neuron"
+
+
+@contextlib.contextmanager
+def _eager_lowering(on: bool):
+    if not on:
+        yield
+        return
+    from torch_neuronx.compile import kernel_lowering
+
+    was_on = kernel_lowering.eager_lowering_active()
+    kernel_lowering.set_eager_lowering(True)
+    try:
+        yield
+    finally:
+        kernel_lowering.set_eager_lowering(was_on)
+
+
+def _empty_lowering() -> dict:
+    return {"checked": True, "signatures": 0, "signatures_lowered": 0, "stablehlo_ops_per_op": {},
+            "would_fall_back_to_cpu": {}, "fallback_only_for_unimplemented_ops": False}
+
+
+def _merge_lowering(total: dict, section: dict | None) -> None:
+    """Add one cold call's ``metrics()["lowering"]`` (the metrics restart between calls)."""
+    if not section:
+        total["checked"] = False
+        return
+    total["checked"] = total["checked"] and section["checked"]
+    total["signatures"] += section["signatures"]
+    total["signatures_lowered"] += section["signatures_lowered"]
+    for op, n in section["stablehlo_ops_per_op"].items():
+        total["stablehlo_ops_per_op"][op] = total["stablehlo_ops_per_op"].get(op, 0) + n
+    total["would_fall_back_to_cpu"].update(section["would_fall_back_to_cpu"])
+    total["fallback_only_for_unimplemented_ops"] = section["fallback_only_for_unimplemented_ops"]
+
+
+def _lowering_checks(lowering: dict | None) -> list[Check]:
+    """A CPU fallback is no error on the real product (release default), so ops that do not lower
+    are listed, not failed — unless ``TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1``."""
+    if not lowering or not lowering["fallback_only_for_unimplemented_ops"]:
+        return []
+    missing = lowering["would_fall_back_to_cpu"]
+    return [Check("eager: every kernel lowers to StableHLO (fallback only for unimplemented ops)", not missing,
+                  len(missing), 0, "; ".join(sorted(missing)))]
+
+
+def _lowering_html(lowering: dict | None) -> str:
+    if not lowering:
+        return ""
+    if not lowering["checked"]:
+        return "<p class='muted'>eager kernel lowering: not checked (torch-mlir is not installed)</p>"
+    missing = lowering["would_fall_back_to_cpu"]
+    head = (f"<p><b>eager kernels lowered to StableHLO</b> (emulated check, cold calls): "
+            f"{lowering['signatures_lowered']}/{lowering['signatures']} kernel signatures, "
+            f"{sum(lowering['stablehlo_ops_per_op'].values())} StableHLO ops; "
+            f"{len(missing)} ops would {'fail' if lowering['fallback_only_for_unimplemented_ops'] else 'fall back to CPU'}</p>")
+    if not missing:
+        return head
+    return head + table(["op that does not lower", "why"], [[e(op), e(why)] for op, why in missing.items()])
 
 
 def summary(r: CompilationResult) -> str:
@@ -85,6 +155,9 @@ def summary(r: CompilationResult) -> str:
         part = f"{mode}: cold {cold:.2f}s vs steady {warm:.3f}s over {len(shapes)} shapes"
         if fresh:
             part += f", fresh process first calls {sum(fresh.values()):.2f}s"
+        missing = (entry.get("lowering") or {}).get("would_fall_back_to_cpu")
+        if missing:
+            part += f", {len(missing)} ops do not lower to StableHLO"
         parts.append(part)
     parts += [f"{mode}: not available" for mode, entry in r.modes.items() if not entry.get("available", True)]
     return "; ".join(parts)
@@ -117,6 +190,7 @@ def html(data: dict) -> str:
                 out.append(f"<p class='muted'>recompile {e(r['compile_id'])}: {e(r['reason'])}</p>")
             for b in dyn.get("graph_break_reasons", []):
                 out.append(f"<p class='muted'>graph break {e(b['compile_id'])}: {e(b['reason'])}</p>")
+        out.append(_lowering_html(entry.get("lowering")))
         fid = entry.get("fidelity") or {}
         if fid.get("available") is False:
             out.append(f"<p class='muted'>per-shape compilation accounting: not available — {e(fid.get('reason'))}</p>")
