@@ -151,6 +151,12 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        "fidelity/__init__.py"),
     _S("TORCH_NEURONX_LOG_LEVEL", "str", "1", "`0` error … `3` debug, or a logging level name", "product",
        "runtime/log.py"),
+    _S("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS", "flag", False,
+       "real product: `1` makes a *registered* kernel that fails on Neuron raise instead of running on "
+       "CPU, while ops with no Neuron kernel still fall back (notes §4). Accepted and validated here; it "
+       "changes nothing, because every emulated kernel runs on the host and cannot fail over to CPU "
+       "([fidelity](fidelity.md))", "product", "runtime/settings.py",
+       default_text="`0` (release builds and the docs; the April source's dev builds had `1`)"),
     # --- compile -------------------------------------------------------------
     _S("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "flag", True,
        "`0`: a graph that fails to lower or compile runs eagerly instead of raising; the compile option "
@@ -168,6 +174,11 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
     _S("TORCHNEURON_LOWER_EAGER", "flag", False,
        "`1`: lower each new eager kernel signature to StableHLO and report ops that would fall back to "
        "CPU ([compile](compile.md#eager-kernels))", "ours", "compile/kernel_lowering.py"),
+    # --- distributed -----------------------------------------------------------
+    _S("TORCHNEURON_ALLOW_UNSUPPORTED_COLLECTIVES", "flag", False,
+       "`1`: run collectives the real `neuron` process group refuses (uneven `all_to_all_single` "
+       "splits, `barrier` on a subgroup smaller than the world) instead of raising its "
+       "`NotImplementedError` ([distributed](distributed.md))", "ours", "distributed/process_group.py"),
     # --- projection ----------------------------------------------------------
     _S("TORCHNEURON_PROJECTION_CALIBRATION", "str", None,
        "a calibration JSON (efficiency factors, launch overheads, link latencies, per-op overrides) "
@@ -207,13 +218,36 @@ def setting(name: str) -> Setting:
 
 
 _DECLARED = object()  # "use the registry's default"
+# Variables whose value was found unusable at import (``defer_bad_values``): read as unset from
+# then on, so that ``import torch`` completes and the error is raised at the first device use.
+_unusable: set[str] = set()
+
+
+def defer_bad_values() -> ConfigError | None:
+    """Parse every declared variable that is set; return the first ``ConfigError``.
+
+    A bad value must not break ``import torch`` for every script, CPU-only ones
+    included (issue 18): the variables that fail are read as unset afterwards,
+    and the caller raises the returned error where the device is first used.
+    """
+    first = None
+    for spec in REGISTRY.values():
+        found = spec.raw()
+        if found is None:
+            continue
+        try:
+            spec.parse(*found)
+        except ConfigError as exc:
+            _unusable.add(spec.name)
+            first = first or exc
+    return first
 
 
 def _get(name: str, kind: str, default: Any) -> Any:
     spec = setting(name)
     if spec.kind != kind:
         raise TypeError(f"{name} is declared as {spec.kind!r}, not {kind!r}")
-    found = spec.raw()
+    found = None if name in _unusable else spec.raw()
     value = None if found is None else spec.parse(*found)
     if value is not None:
         return value
@@ -257,6 +291,11 @@ def markdown() -> str:
         "read only through it. Names follow the real TorchNeuron product where one exists (`NEURON_*`,",
         "`TORCH_NEURONX_*`); project-only switches start with `TORCHNEURON_`. Origins: "
         + "; ".join(f"**{k}**: {v}" for k, v in ORIGINS.items()) + ".",
+        "",
+        "A bad value never breaks `import torch` (which loads the backend): the device is registered",
+        "with the defaults and the `ConfigError` naming the variable is raised at the first use of the",
+        "device, by `torch.neuron.topology()` and at `init_process_group`; `torchneuron` prints it as one",
+        "line and exits with status 2.",
         "",
         "| variable | type | default | origin | read by | meaning |",
         "|---|---|---|---|---|---|",
