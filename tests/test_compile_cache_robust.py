@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -43,6 +44,20 @@ def _run(neff_cache_dir: Path) -> tuple[dict, str]:
     return result, proc.stderr
 
 
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory) -> Path:
+    """One cache filled by a first run (compiling is slow); each test works on a copy."""
+    cache = tmp_path_factory.mktemp("warmed") / "cache"
+    result, _ = _run(cache)
+    assert result["misses"] == 2
+    return cache
+
+
+@pytest.fixture
+def cache(warmed, tmp_path) -> Path:
+    return Path(shutil.copytree(warmed, tmp_path / "cache"))
+
+
 def test_cache_dir_that_is_a_file_warns_once_and_compiles(tmp_path):
     a_file = tmp_path / "not-a-dir"
     a_file.write_text("the user's file")
@@ -52,9 +67,7 @@ def test_cache_dir_that_is_a_file_warns_once_and_compiles(tmp_path):
     assert a_file.read_text() == "the user's file"
 
 
-def test_truncated_library_is_quarantined_and_rebuilt(tmp_path):
-    cache = tmp_path / "cache"
-    _run(cache)
+def test_truncated_library_is_quarantined_and_rebuilt(cache):
     libraries = [p for p in (cache / "compile").rglob("*.so") if "precompiled_headers" not in p.parts]
     assert libraries, "no compiled library under TORCH_NEURONX_NEFF_CACHE_DIR/compile"
     for lib in libraries:  # as a process killed while the compiler wrote them
@@ -69,9 +82,7 @@ def test_truncated_library_is_quarantined_and_rebuilt(tmp_path):
     assert "could not be loaded" not in stderr
 
 
-def test_corrupt_fx_graph_entry_is_removed_after_its_warning(tmp_path):
-    cache = tmp_path / "cache"
-    _run(cache)
+def test_corrupt_fx_graph_entry_is_removed_after_its_warning(cache):
     entries = [p for p in (cache / "compile" / "fxgraph").rglob("*") if p.is_file() and not p.name.startswith(".")]
     assert entries
     for entry in entries:
@@ -84,9 +95,8 @@ def test_corrupt_fx_graph_entry_is_removed_after_its_warning(tmp_path):
     assert result["hits"] == 2
 
 
-def test_precompiled_headers_stay_under_the_configured_cache(tmp_path):
-    cache = tmp_path / "cache"
-    _run(cache)
+def test_precompiled_headers_stay_under_the_configured_cache(warmed):
+    cache = warmed
     assert any((cache / "compile" / "precompiled_headers").rglob("*.gch")), \
         list((cache / "compile").iterdir())
 
