@@ -62,7 +62,7 @@ def test_cache_dir_that_is_a_file_warns_once_and_compiles(tmp_path):
     a_file = tmp_path / "not-a-dir"
     a_file.write_text("the user's file")
     result, stderr = _run(a_file)
-    assert result["misses"] == 2 and result["hits"] == 0
+    assert result["hits"] == 0  # nothing persists: the FX graph cache is off, as with the NEFF cache disabled
     assert stderr.count(_UNUSABLE) == 1, stderr[-3000:]
     assert a_file.read_text() == "the user's file"
 

@@ -287,8 +287,11 @@ class ProcessGroupNeuron(dist.ProcessGroup):
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
                           opts=None):
+        # The real alltoall_base accepts no splits or all 1; equal splits are let through too,
+        # because the functional all_to_all_single (which the real product implements
+        # separately) reaches this method with explicit equal splits.
         for name, sizes in (("output", output_split_sizes), ("input", input_split_sizes)):
-            if sizes and any(size != 1 for size in sizes):
+            if sizes and len(set(sizes)) > 1:
                 _unsupported_collective(
                     f"alltoall_base: Only even split sizes are supported. Got {name}_split_sizes: "
                     f"{list(sizes)}")

@@ -176,7 +176,7 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        "CPU ([compile](compile.md#eager-kernels))", "ours", "compile/kernel_lowering.py"),
     # --- distributed -----------------------------------------------------------
     _S("TORCHNEURON_ALLOW_UNSUPPORTED_COLLECTIVES", "flag", False,
-       "`1`: run collectives the real `neuron` process group refuses (uneven `all_to_all_single` "
+       "`1`: run collectives the real `neuron` process group refuses (unequal `all_to_all_single` "
        "splits, `barrier` on a subgroup smaller than the world) instead of raising its "
        "`NotImplementedError` ([distributed](distributed.md))", "ours", "distributed/process_group.py"),
     # --- projection ----------------------------------------------------------
