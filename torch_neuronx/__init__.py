@@ -29,8 +29,19 @@ from .compile import get_dynamo_metrics, reset_dynamo_metrics  # noqa: E402,F401
 
 
 def _register() -> None:
-    topology = _profiles.resolve_topology()
+    """Register the device. A bad environment variable must not break ``import
+    torch``: the device is registered with defaults and the ``ConfigError`` is
+    raised at the first device use or ``init_process_group`` (docs/configuration.md)."""
     from . import neuron
+    from .runtime import settings
+    from .runtime.errors import ConfigError
+
+    config_error = settings.defer_bad_values()
+    try:
+        topology = _profiles.resolve_topology()
+    except ConfigError as exc:
+        config_error = config_error or exc
+        topology = _profiles.default_topology()
 
     neuron._configure(topology)
     torch.utils.rename_privateuse1_backend("neuron")
@@ -44,6 +55,8 @@ def _register() -> None:
     compile.install(neuron)
     distributed.install(topology)
     fidelity.install(topology)
+    if config_error is not None:
+        neuron.defer_config_error(config_error)
 
 
 def reconfigure(instance: str | None = None, hbm_per_core: int | None = None) -> None:

@@ -18,6 +18,16 @@ def _init(backend: str | None = "neuron", timeout_s: float = 180, bind_device: b
     return dist.get_rank(), dist.get_world_size(), dev
 
 
+def _raises(exc_type, message, call):
+    """``call()`` must raise ``exc_type`` with ``message`` in its text."""
+    try:
+        call()
+    except exc_type as exc:
+        assert message in str(exc), f"{exc_type.__name__} without {message!r}: {exc}"
+    else:
+        raise AssertionError(f"no {exc_type.__name__} ({message!r})")
+
+
 def _same(a: torch.Tensor, b: torch.Tensor, what: str, exact: bool = True, rtol=1e-5, atol=1e-6):
     a = a.detach().cpu()
     b = b.detach().cpu()
@@ -156,11 +166,23 @@ def collectives():
     ref = torch.empty(world * 2)
     dist.all_to_all_single(ref, inp.clone(), group=gloo)
     _same(out, ref, "all_to_all_single")
+    ones = [1] * world  # the only explicit splits the real backend accepts
+    inp = torch.randn(world, 2)
+    out = torch.empty(world, 2, device=dev)
+    dist.all_to_all_single(out, inp.to(dev), ones, ones)
+    ref = torch.empty(world, 2)
+    dist.all_to_all_single(ref, inp, ones, ones, group=gloo)
+    _same(out, ref, "all-1 all_to_all_single")
     in_splits = [(rank + d) % 3 + 1 for d in range(world)]           # what I send to d
     out_splits = [(s + rank) % 3 + 1 for s in range(world)]          # what s sends me
     inp = torch.randn(sum(in_splits), 2)
     out = torch.empty(sum(out_splits), 2, device=dev)
+    # Uneven splits: the real product's error (notes §9) unless the switch allows them.
+    _raises(NotImplementedError, "alltoall_base: Only even split sizes are supported. Got output_split_sizes",
+            lambda: dist.all_to_all_single(out, inp.to(dev), out_splits, in_splits))
+    os.environ["TORCHNEURON_ALLOW_UNSUPPORTED_COLLECTIVES"] = "1"
     dist.all_to_all_single(out, inp.to(dev), out_splits, in_splits)
+    del os.environ["TORCHNEURON_ALLOW_UNSUPPORTED_COLLECTIVES"]
     ref = torch.empty(sum(out_splits), 2)
     dist.all_to_all_single(ref, inp, out_splits, in_splits, group=gloo)
     _same(out, ref, "uneven all_to_all_single")
@@ -204,11 +226,18 @@ def collectives():
     dist.all_gather_object(objs, {"rank": rank})
     assert objs == [{"rank": r} for r in range(world)], objs
     dist.barrier()
+    _raises(ValueError, "monitored_barrier is only implemented for GLOO backend", dist.monitored_barrier)
     sub = dist.new_group([0, 1])
     if rank < 2:
         n = torch.ones(2, device=dev) * (rank + 1)
         dist.all_reduce(n, group=sub)
         _same(n, torch.full((2,), 3.0), "subgroup all_reduce")
+        # barrier on a subgroup: the real product's error unless the switch allows it
+        _raises(NotImplementedError, "Barrier is implemented only for default group",
+                lambda: dist.barrier(group=sub))
+        os.environ["TORCHNEURON_ALLOW_UNSUPPORTED_COLLECTIVES"] = "1"
+        dist.barrier(group=sub)
+        del os.environ["TORCHNEURON_ALLOW_UNSUPPORTED_COLLECTIVES"]
     dist.destroy_process_group()
 
 

@@ -33,15 +33,15 @@ from torch._inductor.decomposition import select_decomp_table
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from ..fidelity import projected
-from ..runtime import cache_dirs
 from ..runtime.errors import first_line
 from ..runtime.log import get_logger
 from ..runtime.settings import get_flag
-from . import cache, device_interface, passes, stablehlo
+from . import artifacts, cache, device_interface, passes, stablehlo
 from .aliased_execution import alias_runner
 from .metrics import METRICS, GraphRecord, NeuronCompilationMetrics, estimated_compile_seconds
 
 _log = get_logger("compile")
+artifacts.install()  # Inductor's artefacts degrade instead of breaking the job (compile/artifacts.py)
 
 
 class NEFFCompilationError(RuntimeError):
@@ -165,7 +165,7 @@ def _compile_aot_graph(
         fake_mode = detect_fake_mode(example_inputs)
         cpu_inputs = passes.cpu_fake_inputs(fake_mode, example_inputs)
         FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
-        with inductor_config.patch(fx_graph_cache=cache_dirs.persistent_cache_enabled() and inductor_config.fx_graph_cache):
+        with inductor_config.patch(fx_graph_cache=cache.persistent() and inductor_config.fx_graph_cache):
             compiled = compile_fx_inner(
                 gm, cpu_inputs, is_inference=is_inference, is_backward=is_backward
             )

@@ -8,10 +8,15 @@ compile *or* ``torch.compiler.load_cache_artifacts()``, hence at import.
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import weakref
+from pathlib import Path
 
 from ..runtime import cache_dirs, settings
+from ..runtime.log import get_logger
 
 INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 # Remembers the value we chose, so a child process that inherits it but was
@@ -19,11 +24,47 @@ INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
 _CHOSEN_ENV = "TORCHNEURON_CHOSEN_INDUCTOR_CACHE_DIR"
 
 
+_log = get_logger("compile_cache")
+# Why the configured compile cache cannot be used (then graphs compile into a
+# directory removed at exit, as eager kernels count without the NEFF cache).
+_unusable: str | None = None
+_warned = False
+
+
 def install() -> None:
     """Point Inductor's caches at ours unless the user chose a directory for them."""
+    global _unusable
     current = settings.get_str(INDUCTOR_CACHE_ENV)
     if current is None or current == settings.get_str(_CHOSEN_ENV):
-        os.environ[INDUCTOR_CACHE_ENV] = os.environ[_CHOSEN_ENV] = os.path.abspath(cache_dirs.compile_dir())
+        chosen = os.path.abspath(cache_dirs.compile_dir())
+        _unusable = _why_unusable(Path(chosen))
+        if _unusable is not None:
+            chosen = tempfile.mkdtemp(prefix="torchneuron-compile-")
+            atexit.register(shutil.rmtree, chosen, ignore_errors=True)
+        os.environ[INDUCTOR_CACHE_ENV] = os.environ[_CHOSEN_ENV] = chosen
+
+
+def _why_unusable(directory: Path) -> str | None:
+    """Why ``directory`` cannot be created or written, checked without creating it."""
+    existing = directory
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
+    return None
+
+
+def persistent() -> bool:
+    """Do compiled graphs persist between processes? Warns once when the
+    configured cache directory is unusable (the job goes on without it)."""
+    global _warned
+    if _unusable is not None and not _warned:
+        _warned = True
+        _log.warning("compile cache %s is not usable (%s); compiled graphs are not kept between runs",
+                     cache_dirs.compile_dir(), _unusable)
+    return cache_dirs.persistent_cache_enabled() and _unusable is None
 
 
 # Graph keys "loaded" in this process, per persistent cache: the real product's in-memory cache

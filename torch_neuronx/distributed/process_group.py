@@ -31,11 +31,13 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
 from .. import _C
+from ..runtime import settings
 from ..projection.collectives import COLLECTIVE_LOG
 from .faults import DistributedFault, PeerTable
 from .setup import BACKEND_NAME
 
 _RedOp = dist.ReduceOp.RedOpType
+ALLOW_UNSUPPORTED = "TORCHNEURON_ALLOW_UNSUPPORTED_COLLECTIVES"
 
 # Every group still alive, for _release_groups_at_exit().
 _LIVE_GROUPS: "weakref.WeakSet[ProcessGroupNeuron]" = weakref.WeakSet()
@@ -285,6 +287,17 @@ class ProcessGroupNeuron(dist.ProcessGroup):
 
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
                           opts=None):
+        # The real alltoall_base accepts no splits or all 1; equal splits are let through too,
+        # because the functional all_to_all_single (which the real product implements
+        # separately) reaches this method with explicit equal splits.
+        for name, sizes in (("output", output_split_sizes), ("input", input_split_sizes)):
+            if sizes and len(set(sizes)) > 1:
+                _unsupported_collective(
+                    f"alltoall_base: Only even split sizes are supported. Got {name}_split_sizes: "
+                    f"{list(sizes)}")
+        return self._all_to_all(output, input, output_split_sizes, input_split_sizes, opts)
+
+    def _all_to_all(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts or dist.AllToAllOptions()
         return self._run(
             "all_to_all_single",
@@ -304,13 +317,16 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         dtype = input_tensors[0].dtype
         send = torch.cat([t.reshape(-1) for t in input_tensors]).to(device)
         recv = torch.empty(sum(t.numel() for t in output_tensors), dtype=dtype, device=device)
-        self.all_to_all_single(recv, send, [t.numel() for t in output_tensors],
-                               [t.numel() for t in input_tensors], opts)
+        self._all_to_all(recv, send, [t.numel() for t in output_tensors],
+                         [t.numel() for t in input_tensors], opts)
         for out, chunk in zip(output_tensors, recv.split([t.numel() for t in output_tensors])):
             out.copy_(chunk.view_as(out))
         return _completed(list(output_tensors))
 
     def barrier(self, opts=None):
+        if dist.get_world_size() != self.size():
+            _unsupported_collective(
+                f"Barrier is implemented only for default group, called barrier on {self}")
         opts = opts or dist.BarrierOptions()
         return self._run("barrier", lambda: self._gloo.barrier(opts), [])
 
@@ -323,6 +339,16 @@ class ProcessGroupNeuron(dist.ProcessGroup):
 
     def recv_anysource(self, tensors, tag=0):
         return self._gloo.recv_anysource(_aliases(tensors), tag)
+
+
+def _unsupported_collective(message: str) -> None:
+    """Raise the real product's error for a collective its backend refuses
+    (notes §9: TR torch_neuronx/distributed/backend.py), so that a script that
+    works here does not fail on Trainium; the switch lets the emulator run it."""
+    if not settings.get_flag(ALLOW_UNSUPPORTED):
+        raise NotImplementedError(
+            f"{message} (the real torch-neuronx backend refuses this; set {ALLOW_UNSUPPORTED}=1 to "
+            "run it in the emulator anyway)")
 
 
 def _release_groups_at_exit() -> None:

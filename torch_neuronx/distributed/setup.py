@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch.distributed as dist
 
 from .. import _C
+from ..runtime.errors import ConfigError
 from ..runtime.profiles import Topology
 
 BACKEND_NAME = "neuron"
@@ -41,7 +42,10 @@ def install(topology: Topology) -> None:
 def create_process_group(store, rank: int, size: int, timeout):
     """The factory c10d calls for ``backend="neuron"`` (once per group). The group
     class is imported here, not at ``import torch``, to keep start-up cheap."""
+    from .. import neuron
     from .process_group import ProcessGroupNeuron
 
+    if neuron.config_error() is not None:
+        raise ConfigError(str(neuron.config_error()))
     _C._set_init_error("")  # the process now has a group: device use is allowed
     return ProcessGroupNeuron(store, rank, size, timeout)

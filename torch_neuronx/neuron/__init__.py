@@ -15,6 +15,7 @@ import torch
 
 from .. import _C
 from ..runtime import settings
+from ..runtime.errors import ConfigError
 from ..runtime.profiles import Topology
 from .device_index import current_device, device_count  # noqa: F401
 from .device_index import index as _index
@@ -54,6 +55,8 @@ from .streams import (  # noqa: F401
 from . import memory  # noqa: F401  (torch.neuron.memory, as in the real product)
 
 _topology: Topology | None = None
+# The configuration error found at import, raised at the first device use instead.
+_config_error: ConfigError | None = None
 
 
 def _set_topology(topology: Topology) -> None:
@@ -76,6 +79,9 @@ def _configure(topology: Topology, hbm_per_core: int | None = None) -> None:
 
 
 def topology() -> Topology:
+    """The configured cores; raises the configuration error deferred at import."""
+    if _config_error is not None:
+        raise ConfigError(str(_config_error))
     assert _topology is not None, "torch_neuronx was not initialised"
     return _topology
 
@@ -174,7 +180,26 @@ def is_initialized() -> bool:
     return _C._is_initialized()
 
 
+def defer_config_error(error: ConfigError) -> None:
+    """Make the first device use raise ``error`` (``import torch`` succeeded without it).
+
+    PyTorch calls ``_lazy_init`` before a factory or copy names the device, which
+    raises the ``ConfigError`` itself; the C++ core refuses any other first
+    allocation with the same message.
+    """
+    global _config_error
+    _config_error = error
+    _C._set_init_error(f"{type(error).__name__}: {error}")
+
+
+def config_error() -> ConfigError | None:
+    """The configuration error deferred at import, if any."""
+    return _config_error
+
+
 def init() -> None:
+    if _config_error is not None:
+        raise ConfigError(str(_config_error))
     _C._init()
 
 

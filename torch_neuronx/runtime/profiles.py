@@ -135,3 +135,12 @@ def resolve_topology(profile: InstanceProfile | None = None) -> Topology:
             )
         count = num_cores
     return Topology(profile, lnc, count, profile.hbm_per_logical_core(lnc), 0, False)
+
+
+def default_topology() -> Topology:
+    """The declared default instance with all its cores, read from no variable: the
+    topology registered when the environment's one is unusable (its ``ConfigError``
+    is then raised at the first device use, see ``neuron.defer_config_error``)."""
+    profile = PROFILES[settings.setting("TORCHNEURON_INSTANCE").default]
+    lnc = profile.default_lnc
+    return Topology(profile, lnc, profile.logical_cores(lnc), profile.hbm_per_logical_core(lnc), 0, False)

@@ -173,6 +173,11 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
     _S("TORCHNEURON_LOWER_EAGER", "flag", False,
        "`1`: lower each new eager kernel signature to StableHLO and report ops that would fall back to "
        "CPU ([compile](compile.md#eager-kernels))", "ours", "compile/kernel_lowering.py"),
+    # --- distributed -----------------------------------------------------------
+    _S("TORCHNEURON_ALLOW_UNSUPPORTED_COLLECTIVES", "flag", False,
+       "`1`: run collectives the real `neuron` process group refuses (unequal `all_to_all_single` "
+       "splits, `barrier` on a subgroup smaller than the world) instead of raising its "
+       "`NotImplementedError` ([distributed](distributed.md))", "ours", "distributed/process_group.py"),
     # --- projection ----------------------------------------------------------
     _S("TORCHNEURON_PROJECTION_CALIBRATION", "str", None,
        "a calibration JSON (efficiency factors, launch overheads, link latencies, per-op overrides) "
@@ -212,13 +217,36 @@ def setting(name: str) -> Setting:
 
 
 _DECLARED = object()  # "use the registry's default"
+# Variables whose value was found unusable at import (``defer_bad_values``): read as unset from
+# then on, so that ``import torch`` completes and the error is raised at the first device use.
+_unusable: set[str] = set()
+
+
+def defer_bad_values() -> ConfigError | None:
+    """Parse every declared variable that is set; return the first ``ConfigError``.
+
+    A bad value must not break ``import torch`` for every script, CPU-only ones
+    included (issue 18): the variables that fail are read as unset afterwards,
+    and the caller raises the returned error where the device is first used.
+    """
+    first = None
+    for spec in REGISTRY.values():
+        found = spec.raw()
+        if found is None:
+            continue
+        try:
+            spec.parse(*found)
+        except ConfigError as exc:
+            _unusable.add(spec.name)
+            first = first or exc
+    return first
 
 
 def _get(name: str, kind: str, default: Any) -> Any:
     spec = setting(name)
     if spec.kind != kind:
         raise TypeError(f"{name} is declared as {spec.kind!r}, not {kind!r}")
-    found = spec.raw()
+    found = None if name in _unusable else spec.raw()
     value = None if found is None else spec.parse(*found)
     if value is not None:
         return value
@@ -262,6 +290,11 @@ def markdown() -> str:
         "read only through it. Names follow the real TorchNeuron product where one exists (`NEURON_*`,",
         "`TORCH_NEURONX_*`); project-only switches start with `TORCHNEURON_`. Origins: "
         + "; ".join(f"**{k}**: {v}" for k, v in ORIGINS.items()) + ".",
+        "",
+        "A bad value never breaks `import torch` (which loads the backend): the device is registered",
+        "with the defaults and the `ConfigError` naming the variable is raised at the first use of the",
+        "device, by `torch.neuron.topology()` and at `init_process_group`; `torchneuron` prints it as one",
+        "line and exits with status 2.",
         "",
         "| variable | type | default | origin | read by | meaning |",
         "|---|---|---|---|---|---|",

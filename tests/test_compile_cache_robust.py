@@ -1,0 +1,131 @@
+"""Compile caches degrade, they never break a job (issue 18, "Caches degrade").
+
+Each run is a fresh interpreter (in-process caches must not hide the disk).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+_CHILD = textwrap.dedent(
+    """
+    import json, torch, torch_neuronx
+    def f(x):
+        return torch.relu(x @ x.T + 1.0).sum(dim=0) * 0.5
+    x = torch.randn(8, 8)
+    out = torch.compile(f, backend="neuron", fullgraph=True)(x.to("neuron"))
+    out2 = torch.compile(lambda x: torch.sin(x) * 2, backend="neuron")(x.to("neuron"))
+    m = torch_neuronx.get_dynamo_metrics()
+    print(json.dumps({"err": (out.cpu() - f(x)).abs().max().item(),
+                      "err2": (out2.cpu() - torch.sin(x) * 2).abs().max().item(),
+                      "hits": m["cache_hits"], "misses": m["cache_misses"]}))
+    """
+)
+_UNUSABLE = "compiled graphs are not kept between runs"
+
+
+def _run(neff_cache_dir: Path) -> tuple[dict, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
+    env.pop("TORCHNEURON_CHOSEN_INDUCTOR_CACHE_DIR", None)
+    env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(neff_cache_dir)
+    proc = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["err"] < 1e-4 and result["err2"] < 1e-5, result
+    return result, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory) -> Path:
+    """One cache filled by a first run (compiling is slow); each test works on a copy."""
+    cache = tmp_path_factory.mktemp("warmed") / "cache"
+    result, _ = _run(cache)
+    assert result["misses"] == 2
+    return cache
+
+
+@pytest.fixture
+def cache(warmed, tmp_path) -> Path:
+    return Path(shutil.copytree(warmed, tmp_path / "cache"))
+
+
+def test_cache_dir_that_is_a_file_warns_once_and_compiles(tmp_path):
+    a_file = tmp_path / "not-a-dir"
+    a_file.write_text("the user's file")
+    result, stderr = _run(a_file)
+    assert result["hits"] == 0  # nothing persists: the FX graph cache is off, as with the NEFF cache disabled
+    assert stderr.count(_UNUSABLE) == 1, stderr[-3000:]
+    assert a_file.read_text() == "the user's file"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known open: the unloadable library is detected and quarantined, but its in-process rebuild "
+    "after an FX graph cache hit fails to compile (Inductor's vectorised prefix header is missing "
+    "from that build: 'at::vec has not been declared')"))
+def test_truncated_library_is_quarantined_and_rebuilt(cache):
+    libraries = [p for p in (cache / "compile").rglob("*.so") if "precompiled_headers" not in p.parts]
+    assert libraries, "no compiled library under TORCH_NEURONX_NEFF_CACHE_DIR/compile"
+    for lib in libraries:  # as a process killed while the compiler wrote them
+        lib.write_bytes(lib.read_bytes()[:64])
+    result, stderr = _run(cache)
+    assert result["hits"] == 2, result  # the graphs came from the FX cache, their libraries were rebuilt
+    assert stderr.count("could not be loaded") == 1, stderr[-3000:]
+    quarantined = list((cache / "compile" / "quarantine").iterdir())
+    assert len(quarantined) >= 1
+    assert all(lib.stat().st_size > 64 for lib in libraries)
+    _, stderr = _run(cache)  # repaired for good
+    assert "could not be loaded" not in stderr
+
+
+def test_corrupt_fx_graph_entry_is_removed_after_its_warning(cache):
+    entries = [p for p in (cache / "compile" / "fxgraph").rglob("*") if p.is_file() and not p.name.startswith(".")]
+    assert entries
+    for entry in entries:
+        entry.write_bytes(b"not a pickle")
+    _, stderr = _run(cache)
+    assert "unable to load compiled graph" in stderr
+    assert not any(entry.exists() for entry in entries), "corrupt entries left in the cache"
+    result, stderr = _run(cache)
+    assert "unable to load compiled graph" not in stderr
+    assert result["hits"] == 2
+
+
+def test_precompiled_headers_stay_under_the_configured_cache(warmed):
+    cache = warmed
+    assert any((cache / "compile" / "precompiled_headers").rglob("*.gch")), \
+        list((cache / "compile").iterdir())
+
+
+def test_library_builds_are_atomic(tmp_path):
+    """A build interrupted half-way leaves no library behind (not a truncated one)."""
+    from torch._inductor.cpp_builder import CppBuilder, CppOptions
+
+    from torch_neuronx.compile import artifacts
+
+    source = tmp_path / "lib.cpp"
+    source.write_text('extern "C" int answer() { return 42; }\n')
+
+    class Interrupted(CppBuilder):
+        def build(self):
+            Path(self._target_file).write_bytes(b"\\x7fELF half")  # the compiler was writing...
+            raise KeyboardInterrupt  # ...when the process was killed
+
+    builder = Interrupted(name="lib", sources=str(source), BuildOption=CppOptions(), output_dir=str(tmp_path))
+    target = Path(builder.get_target_file_path())
+    with pytest.raises(KeyboardInterrupt):
+        artifacts.build_atomically(str(tmp_path / "lib.lock"), [builder])
+    assert not target.exists() and not list(tmp_path.glob(".tmp-*"))
+    good = CppBuilder(name="lib", sources=str(source), BuildOption=CppOptions(), output_dir=str(tmp_path))
+    artifacts.build_atomically(str(tmp_path / "lib.lock"), [good])
+    import ctypes
+
+    assert ctypes.CDLL(str(target)).answer() == 42

@@ -1,0 +1,98 @@
+"""A bad environment variable never breaks ``import torch`` (issue 18).
+
+Every script imports torch, CPU-only ones included, and the backend autoload
+imports us with it: a bad value of one of our variables must let the import
+finish and raise the (precise, one-line) ``ConfigError`` where the device is
+first used, or at ``init_process_group``. Fresh interpreters: the checks are
+about import time.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from torch_neuronx.runtime import settings
+
+# Unset in the children unless a case sets them (a topology of the parent must not leak in).
+_TOPOLOGY = ("TORCHNEURON_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_RT_VISIBLE_CORES",
+             "NEURON_RT_NUM_CORES", "LOCAL_WORLD_SIZE", "LOCAL_RANK")
+_FIRST_USE = """
+import torch
+from torch_neuronx.runtime.errors import ConfigError
+print("imported", torch.ones(2).sum().item())
+for use in (lambda: torch.randn(2, device="neuron"), lambda: torch.ones(2).to("neuron")):
+    try:
+        use()
+    except ConfigError as exc:
+        print("ConfigError:", exc)
+    else:
+        print("no error")
+"""
+
+BAD_VALUES = [
+    ({"TORCHNEURON_64BIT": "maybe"}, "TORCHNEURON_64BIT='maybe' is not one of off, narrow, strict"),
+    ({"NEURON_RT_VISIBLE_CORES": "99"}, "NEURON_RT_VISIBLE_CORES='99' names core(s) [99]"),
+    ({"TORCHNEURON_HOST_POOL_MB": "-5"}, "TORCHNEURON_HOST_POOL_MB='-5' is not a non-negative integer"),
+    ({"TORCHNEURON_HOST_POOL_MB": "abc"}, "TORCHNEURON_HOST_POOL_MB='abc' is not a non-negative integer"),
+    ({"NEURON_LOGICAL_NC_CONFIG": "4"}, "NEURON_LOGICAL_NC_CONFIG=4 is invalid"),
+    ({"TORCH_NEURONX_ENABLE_NKI_SDPA": "perhaps"}, "TORCH_NEURONX_ENABLE_NKI_SDPA='perhaps' is not a boolean"),
+    ({"LOCAL_WORLD_SIZE": "9", "LOCAL_RANK": "0"}, "9 ranks per node but trn2.3xlarge with LNC=2 has only 4"),
+]
+
+
+def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if k not in _TOPOLOGY}
+    full.update(env)
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=180)
+
+
+@pytest.mark.parametrize("env,message", BAD_VALUES, ids=lambda v: ",".join(v) if isinstance(v, dict) else None)
+def test_import_torch_survives_and_first_device_use_raises(env, message):
+    proc = _python(_FIRST_USE, env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "imported 2.0"
+    # Both ways to reach the device raise the same error, every time (it is not used up).
+    assert len(lines) == 3 and all(line.startswith("ConfigError: ") and message in line for line in lines[1:]), lines
+
+
+def test_a_good_environment_still_works():
+    proc = _python(_FIRST_USE.replace("ConfigError as exc", "ZeroDivisionError as exc"), {})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[1:] == ["no error", "no error"]
+
+
+def test_bad_variable_raises_at_init_process_group():
+    """Too many torchrun ranks for the instance: import works, the group refuses."""
+    code = """
+import torch, torch.distributed as dist
+from torch_neuronx.runtime.errors import ConfigError
+try:
+    dist.init_process_group("neuron", store=dist.HashStore(), rank=0, world_size=1)
+except ConfigError as exc:
+    print("ConfigError:", exc)
+"""
+    proc = _python(code, {"LOCAL_WORLD_SIZE": "9", "LOCAL_RANK": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("ConfigError: 9 ranks per node"), proc.stdout
+
+
+def test_cli_reports_a_deferred_error_in_one_line():
+    proc = subprocess.run([sys.executable, "-m", "torch_neuronx.cli.main", "info"],
+                          env=dict(os.environ, TORCHNEURON_64BIT="maybe"), capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr[-2000:])
+    assert "TORCHNEURON_64BIT='maybe'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_defer_bad_values_reads_bad_variables_as_unset(monkeypatch):
+    monkeypatch.setattr(settings, "_unusable", set())
+    monkeypatch.setenv("TORCHNEURON_HOST_POOL_MB", "-5")
+    monkeypatch.setenv("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL", "3")
+    error = settings.defer_bad_values()
+    assert "TORCHNEURON_HOST_POOL_MB='-5'" in str(error)
+    assert settings.get_int("TORCHNEURON_HOST_POOL_MB") == 1024  # the declared default
+    assert settings.get_float("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL") == 3.0  # good values still read
