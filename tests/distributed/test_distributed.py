@@ -110,11 +110,16 @@ def test_tp4_fsdp2_example_under_torchrun_matches_cpu(tmp_path):
 
 
 def test_more_ranks_than_logical_cores_is_a_clear_error():
+    """``import torch`` still works (issue 18); the first use of the device raises the ConfigError."""
     env = rank_env(0, 5, 1, {"TORCHNEURON_INSTANCE": "trn2.3xlarge"})  # 4 logical cores
-    proc = subprocess.run([sys.executable, "-c", "import torch, torch_neuronx"], env=env,
+    imported = subprocess.run([sys.executable, "-c", "import torch, torch_neuronx"], env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert imported.returncode == 0, imported.stderr
+    used = subprocess.run([sys.executable, "-c", "import torch; torch.randn(1, device='neuron')"], env=env,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0
-    assert "5 ranks per node but trn2.3xlarge with LNC=2 has only 4 logical NeuronCores" in proc.stderr
+    assert used.returncode != 0
+    assert "ConfigError" in used.stderr
+    assert "5 ranks per node but trn2.3xlarge with LNC=2 has only 4 logical NeuronCores" in used.stderr
 
 
 def test_backend_is_registered_for_the_neuron_device():
