@@ -36,6 +36,7 @@ def _fresh(tmp_path, monkeypatch):
     torch_neuronx.reset_dynamo_metrics()
     use_neff_cache(tmp_path / "neff")
     monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
+    monkeypatch.setenv("TORCHNEURON_LOWER_GRAPHS", "1")  # graph lowering is opt-in (docs/compile.md)
     with config.patch(
         automatic_dynamic_shapes=config.automatic_dynamic_shapes,
         assume_static_by_default=config.assume_static_by_default,

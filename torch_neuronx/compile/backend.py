@@ -112,14 +112,17 @@ def _lower_and_account(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], record: NeuronCompilationMetrics
 ) -> None:
     """StableHLO of ``gm`` (already on CPU), its graph key, artifact and cache outcome, into ``record``."""
-    try:
-        lowered = stablehlo.lower_fx_graph(gm)  # function "main": the key must not depend on the AOT counter
-    except stablehlo.LoweringError as exc:
-        if exc.unsupported:
-            raise
-        _log.warning("graph %s not checked for StableHLO: %s", record.graph_name, exc)
-        record.lowering = "not checked (torch-mlir failed without naming an op)"
-        lowered = None
+    lowered = None
+    if not get_flag("TORCHNEURON_LOWER_GRAPHS"):
+        record.lowering = "not checked (TORCHNEURON_LOWER_GRAPHS=0)"
+    else:
+        try:
+            lowered = stablehlo.lower_fx_graph(gm)  # function "main": the key must not depend on the AOT counter
+        except stablehlo.LoweringError as exc:
+            if exc.unsupported:
+                raise
+            _log.warning("graph %s not checked for StableHLO: %s", record.graph_name, exc)
+            record.lowering = "not checked (torch-mlir failed without naming an op)"
     if lowered is not None:
         record.torch_neuronx_lower_us = lowered.seconds * 1e6
         record.stablehlo_op_count = lowered.op_count
