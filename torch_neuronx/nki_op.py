@@ -83,4 +83,22 @@ def nki_op(name: str, fn: Callable | None = None, /, *, mutates_args: str | Iter
         impl.__name__ = kernel.__name__
     op = torch.library.custom_op(name, impl, mutates_args=mutates_args, device_types="cpu", schema=schema)
     op.register_fake(_fake_by_running(impl))
+    _declare_non_tensor_arguments_static(op)
     return op
+
+
+_NKI_COMPILE_KEY = ("docs how-to-work-with-nki: an NKI kernel compiles per (shapes, dtypes, "
+                    "non-tensor arguments)")
+
+
+def _declare_non_tensor_arguments_static(op) -> None:
+    """Every non-tensor argument goes into the op's kernel key by value, as the real product
+    compiles an NKI kernel per non-tensor arguments (unlike ATen ops, whose scalars are inputs)."""
+    from .fidelity.kernel_key import StaticArgument, add_static_arguments
+
+    schema = op._opoverload._schema
+    name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+    rows = [StaticArgument(name, arg.name, _NKI_COMPILE_KEY) for arg in schema.arguments
+            if "Tensor" not in str(arg.type)]
+    if rows:
+        add_static_arguments(rows)

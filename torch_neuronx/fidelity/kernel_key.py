@@ -74,6 +74,17 @@ def validate(rows) -> list[tuple[str, str]]:
     return pairs
 
 
+_added: list[StaticArgument] = []  # rows registered at run time (NKI ops), kept across installs
+
+
 def install(rows=STATIC_ARGUMENTS) -> None:
-    """Push the table to C++ (cached per-schema masks are recomputed)."""
-    _C._set_static_arguments(validate(rows))
+    """Push the table (and rows added at run time) to C++; cached per-schema masks are recomputed."""
+    _C._set_static_arguments(validate((*rows, *_added)))
+
+
+def add_static_arguments(rows) -> None:
+    """Declare more static arguments, e.g. every non-tensor argument of an NKI kernel op: the real
+    product compiles an NKI kernel per (shapes, dtypes, non-tensor arguments)."""
+    validate(rows)
+    _added.extend(rows)
+    install()
