@@ -59,23 +59,19 @@ _topology: Topology | None = None
 _config_error: ConfigError | None = None
 
 
-def _set_topology(topology: Topology) -> None:
-    global _topology
-    _topology = topology
-
-
 def _configure(topology: Topology, hbm_per_core: int | None = None) -> None:
     """Apply a topology and the device settings to the C++ core: the one place
     device configuration happens (at import and in ``torch_neuronx.reconfigure``).
 
     ``hbm_per_core`` overrides the profile's capacity (a what-if for smaller cores).
     """
+    global _topology
     _C._set_fused_attention(settings.get_flag("TORCH_NEURONX_ENABLE_NKI_SDPA"))
     _C._install_host_pool(settings.get_int("TORCHNEURON_HOST_POOL_MB") * 2**20)
     _C._configure_devices(topology.device_count, hbm_per_core or topology.hbm_per_core)
     if topology.device_count:
         _C._set_default_device(topology.default_device)
-    _set_topology(topology)
+    _topology = topology
 
 
 def topology() -> Topology:
