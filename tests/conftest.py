@@ -14,12 +14,53 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import torch_neuronx  # noqa: E402,F401  (registers the device even with autoload off)
+from torch_neuronx.runtime.profiles import TOPOLOGY_ENV  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+def _process_topology():
+    env = {name: os.environ.get(name) for name in TOPOLOGY_ENV}
+    return (torch.neuron.topology(), torch.neuron.device_count(),
+            torch.neuron.get_device_properties(0).total_memory, torch.neuron.current_device(), env)
+
+
+@pytest.fixture(autouse=True)
+def _topology_is_restored():
+    """A test that re-configures the emulated cores must give them back: a leaked
+    topology fails every later test that uses ``neuron:3`` (and hung a CI run).
+    The leak is repaired and reported as an error of the test that caused it."""
+    before = _process_topology()
+    yield
+    after = _process_topology()
+    if after[1:] == before[1:]:
+        return
+    topology, _, capacity, device, env = before
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    torch.neuron._configure(topology, capacity)
+    torch_neuronx.fidelity.reconfigure(topology)
+    torch.neuron.set_device(device)
+    pytest.fail(f"the test changed the process topology and did not restore it: "
+                f"(device_count, capacity, current device, env) {before[1:]} -> {after[1:]}")
+
+
+@pytest.fixture
+def clean_topology_env(monkeypatch):
+    """No topology variable set, and every one restored afterwards — also those the code
+    under test sets itself (``resolve_topology`` exports NEURON_RT_VISIBLE_CORES under
+    torchrun): ``monkeypatch.delenv`` of an unset name would record nothing to undo."""
+    for name in TOPOLOGY_ENV:
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
+    return monkeypatch
 
 
 @pytest.fixture

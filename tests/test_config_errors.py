@@ -15,10 +15,8 @@ import sys
 import pytest
 
 from torch_neuronx.runtime import settings
+from torch_neuronx.runtime.profiles import TOPOLOGY_ENV
 
-# Unset in the children unless a case sets them (a topology of the parent must not leak in).
-_TOPOLOGY = ("TORCHNEURON_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_RT_VISIBLE_CORES",
-             "NEURON_RT_NUM_CORES", "LOCAL_WORLD_SIZE", "LOCAL_RANK")
 _FIRST_USE = """
 import torch
 from torch_neuronx.runtime.errors import ConfigError
@@ -44,7 +42,8 @@ BAD_VALUES = [
 
 
 def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if k not in _TOPOLOGY}
+    # Unset in the children unless a case sets them (a topology of the parent must not leak in).
+    full = {k: v for k, v in os.environ.items() if k not in TOPOLOGY_ENV}
     full.update(env)
     return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=180)
 

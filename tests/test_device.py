@@ -12,9 +12,7 @@ import torch
 
 from torch_neuronx.runtime import profiles
 from torch_neuronx.runtime.errors import ConfigError
-
-TOPOLOGY_ENV = ("TORCHNEURON_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_RT_VISIBLE_CORES",
-                "NEURON_RT_NUM_CORES", "LOCAL_WORLD_SIZE", "LOCAL_RANK")
+from torch_neuronx.runtime.profiles import TOPOLOGY_ENV
 
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -26,10 +24,8 @@ def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture
-def clean_env(monkeypatch):
-    for name in TOPOLOGY_ENV:
-        monkeypatch.delenv(name, raising=False)
-    return monkeypatch
+def clean_env(clean_topology_env):
+    return clean_topology_env
 
 
 # ---- registration -------------------------------------------------------------------

@@ -109,20 +109,14 @@ def _signatures_after_add() -> int:
     return torch_neuronx.metrics()["kernels"]["per_op"]["aten::add_.Tensor"]["signatures"]
 
 
-TOPOLOGY_ENV = ("TORCHNEURON_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_RT_VISIBLE_CORES",
-                "NEURON_RT_NUM_CORES", "LOCAL_WORLD_SIZE", "LOCAL_RANK")
-
-
-def test_reconfigure_switches_instance_capacity_and_signature_salt(monkeypatch):
+def test_reconfigure_switches_instance_capacity_and_signature_salt(clean_topology_env):
     before = torch.neuron.topology()
     capacity = torch.neuron.get_device_properties(0).total_memory
     assert torch_neuronx.kernel_accounting_enabled()
     torch_neuronx.reset_metrics()
     assert _signatures_after_add() == _signatures_after_add() == 1
     try:
-        with monkeypatch.context() as env:
-            for name in TOPOLOGY_ENV:
-                env.delenv(name, raising=False)
+        with clean_topology_env.context() as env:
             torch_neuronx.reconfigure(instance="trn1.2xlarge")
             assert torch.neuron.topology().profile.name == "trn1.2xlarge"
             props = torch.neuron.get_device_properties(0)

@@ -33,7 +33,7 @@ def test_threads_creating_and_copying_tensors():
 
 
 def test_current_device_is_thread_local():
-    barrier = threading.Barrier(4)
+    barrier = threading.Barrier(4, timeout=60)  # a failing thread must not hang the run
     seen = {}
 
     def work(index):

@@ -100,6 +100,11 @@ def parse_core_list(text: str, limit: int) -> list[int]:
     return sorted(set(cores))
 
 
+# The environment variables `resolve_topology` reads (and, under torchrun, writes).
+TOPOLOGY_ENV = ("TORCHNEURON_INSTANCE", "NEURON_LOGICAL_NC_CONFIG", "NEURON_RT_VISIBLE_CORES",
+                "NEURON_RT_NUM_CORES", "LOCAL_WORLD_SIZE", "LOCAL_RANK")
+
+
 def resolve_topology(profile: InstanceProfile | None = None) -> Topology:
     """Work out the cores of this process from the profile and the environment."""
     profile = profile or get_profile()
