@@ -10,6 +10,10 @@ Inductor shares the bug). Here:
   never sees half a library;
 - a built library that fails to load is moved to ``quarantine/`` in the cache,
   rebuilt and loaded again, with one warning per process;
+- the same for the small library Inductor builds to probe the CPU's vector ISA:
+  a truncated one failed the probe, so the process believed the CPU had no AVX
+  and compiled vectorised kernels without the ISA flags (``'at::vec' has not
+  been declared``);
 - an FX graph cache entry that cannot be unpickled is removed after Inductor's
   warning, instead of warning again in every run;
 - precompiled headers go under the configured cache, not Inductor's default
@@ -24,7 +28,7 @@ import pickle
 import time
 from pathlib import Path
 
-from torch._inductor import codecache
+from torch._inductor import codecache, cpu_vec_isa
 from torch._inductor.runtime.cache_dir_utils import cache_dir
 
 from ..runtime.log import get_logger
@@ -52,6 +56,8 @@ def install() -> None:
     codecache.FxGraphCache.iterate_over_candidates = classmethod(
         lambda cls, local, remote, key: _candidates_removing_corrupt(candidates, cls, local, remote, key))
     logging.getLogger(codecache.__name__).addFilter(_corrupt_entry_seen)
+    check_build = cpu_vec_isa.VecISA.check_build
+    cpu_vec_isa.VecISA.check_build = lambda isa, code: _check_isa_repairing(check_build, isa, code)
 
 
 def build_atomically(lock_path: str, cpp_builders) -> None:
@@ -93,6 +99,35 @@ def _load_or_rebuild(load, cls, path: str, key: str):
         _quarantine([b.get_target_file_path() for b in builders], exc)
     build_atomically(lock_path, builders)
     return load(cls, path, key)
+
+
+def _check_isa_repairing(check_build, isa, code: str) -> bool:
+    """``VecISA.check_build``, with a truncated probe library quarantined first.
+
+    The probe runs the library in a child process and reads any failure as "this
+    CPU lacks the ISA", so a damaged file must be told apart before it runs: by
+    its ELF layout, not by loading it (an unsupported ISA fails the same way)."""
+    _, source = codecache.write(
+        code, "cpp", extra=cpu_vec_isa._get_isa_dry_compile_fingerprint(isa.build_arch_flags()))
+    library = Path(source).with_suffix(".so")  # Inductor names the probe after its source
+    if library.exists() and _is_truncated_elf(library):
+        _quarantine([str(library)], OSError(f"{library.name}: file too short"))
+    return check_build(isa, code)
+
+
+def _is_truncated_elf(path: Path) -> bool:
+    """A 64-bit little-endian ELF file ends with its section header table; a file
+    shorter than where that table ends was cut off while it was written."""
+    with path.open("rb") as f:
+        header = f.read(64)
+    if len(header) < 64 or header[:4] != b"\x7fELF":
+        return True
+    if header[4:6] != b"\x02\x01":  # not ELF64 little-endian: no opinion
+        return False
+    table_offset = int.from_bytes(header[0x28:0x30], "little")
+    entry_size = int.from_bytes(header[0x3A:0x3C], "little")
+    entries = int.from_bytes(header[0x3C:0x3E], "little")
+    return path.stat().st_size < table_offset + entry_size * entries
 
 
 def _quarantine(paths: list[str], exc: BaseException) -> None:
