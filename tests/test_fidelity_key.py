@@ -336,3 +336,56 @@ def test_listener_registration_errors():
         add_signature_listener(3)
     with pytest.raises(ValueError, match="not a signature listener"):
         remove_signature_listener(print)
+
+
+def _recorded(optimizer_class, lr_lambda, steps=4):
+    """The kernels steps after the first compile, as the pilot records them."""
+    from torch_neuronx.fidelity.recompiles import RecompileRecorder
+
+    model = _mlp()
+    opt = optimizer_class(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda) if lr_lambda else None
+    x = torch.randn(5, 8, device="neuron")
+    with RecompileRecorder() as recorder:
+        for step in range(steps):
+            if step:
+                recorder.next_iteration()
+            _train_step(model, opt, x, scheduler)
+    return recorder
+
+
+def test_recorder_names_the_static_learning_rate_of_sgd_with_a_changing_schedule():
+    """§1/§2: SGD's rate is the static alpha of _foreach_add_; a rate that changes every
+    step compiles the update every step, and the recorder says which op and argument."""
+    recorder = _recorded(torch.optim.SGD, lambda i: 1.0 - i / 10)
+    [row] = recorder.summary()
+    assert row["op"] == "aten::_foreach_add_.List" and row["static_arguments"] == ["alpha"]
+    assert (row["new_kernels"], row["iterations"]) == (3, 3)
+    assert row["example_values"] == [repr(-0.1 * (1.0 - 1 / 10))]
+    assert "learning rate" in row["remedy"] and "StepLR" in row["remedy"]
+    assert [r.iteration for r in recorder.recompiles] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("optimizer_class, lr_lambda", [(torch.optim.SGD, None),
+                                                        (torch.optim.AdamW, lambda i: 1.0 - i / 10)],
+                         ids=["sgd-constant-rate", "adamw-changing-rate"])
+def test_recorder_finds_nothing_in_a_steady_loop(optimizer_class, lr_lambda):
+    """§2: SGD at a constant rate, and AdamW with a rate that changes every step (its rate is
+    a runtime input), compile nothing after the first step."""
+    recorder = _recorded(optimizer_class, lr_lambda)
+    assert recorder.recompiles == [] and recorder.summary() == []
+
+
+def test_recorder_tells_new_shapes_from_new_static_values():
+    from torch_neuronx.fidelity.recompiles import RecompileRecorder
+
+    x = _x()
+    with RecompileRecorder() as recorder:
+        torch.add(x, x, alpha=2)
+        recorder.next_iteration()
+        torch.add(x, x, alpha=2)                       # a repeat: nothing
+        torch.add(x[:2].contiguous(), x[:2].contiguous(), alpha=2)  # new shape
+        torch.add(x, x, alpha=3)                       # new static value
+    ops = {(r.op, r.static_arguments) for r in recorder.recompiles}
+    assert ops == {("aten::add.Tensor", ()), ("aten::add.Tensor", ("alpha",))}
+    assert recorder.recompiles[-1].values == ("3",)

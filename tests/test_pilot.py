@@ -189,3 +189,36 @@ def test_schema_validation_rejects_broken_reports(neuron_report):
         mutate(broken)
         with pytest.raises(ReportSchemaError):
             validate_report(broken)
+
+
+@pytest.mark.parametrize("optimizer, schedule, flagged", [("sgd", "linear", True), ("sgd", "constant", False),
+                                                          ("adamw", "cosine", False)])
+def test_finetune_flags_a_learning_rate_the_real_product_compiles_by_value(optimizer, schedule, flagged):
+    """SGD with a rate that changes every step recompiles its update on Trainium (notes §1, §2);
+    the fine-tune step fails a check naming the op, the argument and the remedy."""
+    from torch_neuronx.pilot.config import TOLERANCES
+    from torch_neuronx.pilot.steps import finetune
+    from torch_neuronx.testing.tiny_models import tiny_causal_lm
+
+    model = tiny_causal_lm("llama")
+    rows = [[5, 9, 13, 17, 21, 25, 29, 33]]
+    result, checks = finetune.run(model, copy.deepcopy(model).to("neuron"), rows, 3, torch.device("neuron"),
+                                  TOLERANCES["float32"], lambda: None, lambda: None, optimizer, schedule)
+    [check] = [c for c in checks if "steps after the first" in c.name]
+    assert check.passed is not flagged
+    assert result.steady_step_new_kernels == (2 if flagged else 0)
+    assert result.optimizer == {"sgd": "SGD", "adamw": "AdamW"}[optimizer] + f" lr=0.001, {schedule} schedule"
+    if flagged:
+        [row] = result.steady_step_recompiles
+        assert (row["op"], row["static_arguments"], row["iterations"]) == ("aten::_foreach_add_.List", ["alpha"], 2)
+        assert "learning rate" in check.detail
+    assert result.max_relative_difference <= TOLERANCES["float32"].loss_rtol * 3
+
+
+@pytest.mark.parametrize("field", ["optimizer", "lr_schedule"])
+def test_an_unknown_optimizer_or_schedule_is_bad_input(field):
+    from torch_neuronx.pilot.config import PilotError
+
+    with pytest.raises(PilotError, match=f"--{field.replace('_', '-')} 'adam' must be one of") as info:
+        PilotConfig(**{field: "adam"}).validate()
+    assert info.value.kind == "bad_input"

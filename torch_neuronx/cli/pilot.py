@@ -24,7 +24,8 @@ def config_from_args(args: argparse.Namespace):
     return PilotConfig(
         model=args.model, device=args.device, dtype=args.dtype, attn_implementation=args.attn,
         batch_size=args.batch_size, seq_lens=args.seq_lens, gen_tokens=args.gen_tokens, mode=args.mode,
-        train_steps=args.train_steps, iters=args.iters, hidden_states=not args.no_hidden_states,
+        train_steps=args.train_steps, optimizer=args.optimizer, lr_schedule=args.lr_schedule,
+        iters=args.iters, hidden_states=not args.no_hidden_states,
         instance=args.instance, price_per_hour=args.price_per_hour, hbm_per_core_gib=args.hbm_per_core,
         out=Path(args.out), inputs=Path(args.inputs) if args.inputs else None, seed=args.seed,
     )
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
-    from torch_neuronx.pilot.config import PilotConfig
+    from torch_neuronx.pilot.config import LR_SCHEDULES, OPTIMIZERS, PilotConfig
 
     d = PilotConfig()
     p = sub.add_parser(
@@ -63,6 +64,11 @@ def add_parser(sub) -> None:
                         "compile (torch.compile backend=neuron; adds about a minute per shape here) or both")
     p.add_argument("--train-steps", type=int, default=d.train_steps,
                    help=f"short fine-tune steps on device and CPU, 0 to skip (default {d.train_steps})")
+    p.add_argument("--optimizer", default=d.optimizer, choices=OPTIMIZERS,
+                   help=f"optimizer of the fine-tune (default {d.optimizer})")
+    p.add_argument("--lr-schedule", default=d.lr_schedule, choices=LR_SCHEDULES,
+                   help="learning-rate schedule of the fine-tune: constant (default), or linear / cosine, which "
+                        "change the rate every step (SGD then recompiles its update on Trainium every step)")
     p.add_argument("--iters", type=int, default=d.iters,
                    help=f"timed requests per shape, the first one cold (default {d.iters})")
     p.add_argument("--no-hidden-states", action="store_true", help="skip the per-layer error (forward hooks)")

@@ -14,6 +14,7 @@ overloads (``aten::add``), or a glob with ``*`` (``*`` alone: every op).
 """
 from __future__ import annotations
 
+import fnmatch
 import re
 from dataclasses import dataclass
 
@@ -75,11 +76,23 @@ def validate(rows) -> list[tuple[str, str]]:
 
 
 _added: list[StaticArgument] = []  # rows registered at run time (NKI ops), kept across installs
+_installed: list[tuple[str, str]] = []  # the (op, argument) pairs C++ keys by value now
 
 
 def install(rows=STATIC_ARGUMENTS) -> None:
     """Push the table (and rows added at run time) to C++; cached per-schema masks are recomputed."""
-    _C._set_static_arguments(validate((*rows, *_added)))
+    pairs = validate((*rows, *_added))
+    _C._set_static_arguments(pairs)
+    _installed[:] = pairs
+
+
+def static_argument_names(op: str, names) -> set[str]:
+    """Which of ``names`` (the schema's argument names of the overload ``op``, e.g.
+    ``aten::add.Tensor``) the installed table keys by value: a pattern matches the
+    overload or, without one, the op name (C++ resolves the same rows per schema)."""
+    base = op.split(".", 1)[0]
+    return {arg for pattern, arg in _installed if arg in names
+            and (fnmatch.fnmatchcase(op, pattern) or fnmatch.fnmatchcase(base, pattern))}
 
 
 def add_static_arguments(rows) -> None:

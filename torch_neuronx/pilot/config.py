@@ -10,6 +10,8 @@ import torch
 MODES = ("eager", "compile", "both")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
+OPTIMIZERS = ("adamw", "sgd")
+LR_SCHEDULES = ("constant", "linear", "cosine")
 
 
 class PilotError(Exception):
@@ -62,6 +64,8 @@ class PilotConfig:
     gen_tokens: int = 16
     mode: str = "eager"
     train_steps: int = 8
+    optimizer: str = "adamw"  # of the fine-tune step
+    lr_schedule: str = "constant"  # linear / cosine change the learning rate every step
     iters: int = 8  # timed repetitions per shape for the latency percentiles
     hidden_states: bool = True  # per-layer error via hooks
     instance: str | None = None
@@ -98,6 +102,10 @@ class PilotConfig:
                 "bad_input",
                 f"--attn {self.attn_implementation!r} must be one of {', '.join(ATTN_IMPLEMENTATIONS)}",
             )
+        for name, choices in (("optimizer", OPTIMIZERS), ("lr_schedule", LR_SCHEDULES)):
+            if getattr(self, name) not in choices:
+                raise PilotError("bad_input", f"--{name.replace('_', '-')} {getattr(self, name)!r} must be one of "
+                                              f"{', '.join(choices)}")
         for name in ("batch_size", "gen_tokens", "iters"):
             if getattr(self, name) < 1:
                 raise PilotError("bad_input", f"--{name.replace('_', '-')} must be at least 1")

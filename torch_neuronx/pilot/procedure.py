@@ -325,7 +325,8 @@ class PilotRun:
         with self.part("finetune", total=2 * steps, label=f" ({steps} steps, CPU then device)") as advance:
             mark = probe.mark() if probe else None
             result, checks = finetune.run(ref, dev, rows, steps, device, self.cfg.tolerance,
-                                          perf.synchronizer(device), advance)
+                                          perf.synchronizer(device), advance, self.cfg.optimizer,
+                                          self.cfg.lr_schedule)
             if probe:
                 self._project_training(probe, mark, steps, len(rows))
             self.section("finetune").checks += checks

@@ -1,6 +1,9 @@
-"""Step "Fine-tune loss curve vs CPU": the same short AdamW fine-tune on CPU and device copies."""
+"""Step "Fine-tune loss curve vs CPU": the same short fine-tune on CPU and device copies, and the
+kernels the device steps after the first would compile on Trainium (e.g. SGD with a changing
+learning rate, whose rate the real product compiles by value)."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import time
@@ -9,10 +12,11 @@ import torch
 
 from ..config import Tolerance
 from ..report import plots
-from ..report.markup import e, img
+from ..report.markup import e, img, table
 from ..report.schema import Check
 
 TITLE = "Fine-tune loss curve vs CPU"
+LEARNING_RATE = 1e-3
 
 
 @dataclasses.dataclass
@@ -26,20 +30,41 @@ class FinetuneResult:
     max_relative_difference: float
     device_step_seconds: list[float]
     train_samples_per_second: float
+    # Kernel signatures first seen in device steps after the first (EMULATED count: each is a
+    # compilation on Trainium with a cold NEFF cache); None when not counted (not neuron,
+    # accounting off, a single step). One row per op and cause, with its remedy.
+    steady_step_new_kernels: int | None = None
+    steady_step_recompiles: list[dict] = dataclasses.field(default_factory=list)
 
     def to_data(self) -> dict:
         return dataclasses.asdict(self)
 
 
-def _train(model, ids: torch.Tensor, steps: int, sync, on_step) -> tuple[list[float], list[float]]:
+def make_optimizer(name: str, schedule: str, params, steps: int):
+    """The optimizer and learning-rate scheduler (None for ``constant``) of ``--optimizer`` and
+    ``--lr-schedule``; ``linear`` and ``cosine`` change the rate after every step."""
+    opt = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[name](params, lr=LEARNING_RATE)
+    if schedule == "linear":
+        return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0 - i / max(steps, 1))
+    if schedule == "cosine":
+        return opt, torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(steps, 1))
+    return opt, None
+
+
+def _train(model, ids: torch.Tensor, steps: int, sync, on_step, optimizer: str, schedule: str,
+           recorder=None) -> tuple[list[float], list[float]]:
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt, scheduler = make_optimizer(optimizer, schedule, model.parameters(), steps)
     losses, seconds = [], []
-    for _ in range(steps):
+    for step in range(steps):
+        if recorder is not None and step:
+            recorder.next_iteration()
         start = time.perf_counter()
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
+        if scheduler is not None:
+            scheduler.step()
         opt.zero_grad(set_to_none=True)
         value = loss.float().item()  # .item() waits for the device
         sync()
@@ -49,20 +74,42 @@ def _train(model, ids: torch.Tensor, steps: int, sync, on_step) -> tuple[list[fl
     return losses, seconds
 
 
+def _recorder(device, steps: int):
+    """Records new kernels per step on the neuron device with accounting on; else a no-op."""
+    import torch_neuronx
+
+    if device.type != "neuron" or steps < 2 or not torch_neuronx.kernel_accounting_enabled():
+        return contextlib.nullcontext()
+    from torch_neuronx.fidelity.recompiles import RecompileRecorder
+
+    return RecompileRecorder()
+
+
 def run(ref_model, dev_model, rows: list[list[int]], steps: int, device, tol: Tolerance,
-        sync, on_step) -> tuple[FinetuneResult, list[Check]]:
-    """Loss curves compared step by step; device training throughput from the steps after the first."""
+        sync, on_step, optimizer: str = "adamw", schedule: str = "constant") -> tuple[FinetuneResult, list[Check]]:
+    """Loss curves compared step by step; device training throughput from the steps after the first;
+    kernels the steps after the first compile (none on Trainium for a steady loop)."""
     ids = torch.tensor(rows)
-    cpu_losses, _ = _train(copy.deepcopy(ref_model), ids, steps, lambda: None, on_step)
-    dev_losses, dev_seconds = _train(copy.deepcopy(dev_model), ids.to(device), steps, sync, on_step)
+    cpu_losses, _ = _train(copy.deepcopy(ref_model), ids, steps, lambda: None, on_step, optimizer, schedule)
+    with _recorder(device, steps) as recorder:
+        dev_losses, dev_seconds = _train(copy.deepcopy(dev_model), ids.to(device), steps, sync, on_step,
+                                         optimizer, schedule, recorder)
     rel = max(abs(d - c) / max(abs(c), 1e-12) for d, c in zip(dev_losses, cpu_losses))
     steady = dev_seconds[1:] or dev_seconds
-    result = FinetuneResult(steps, len(rows), len(rows[0]), "AdamW lr=1e-3", cpu_losses, dev_losses, rel,
-                            dev_seconds, len(rows) * len(steady) / sum(steady))
+    name = {"adamw": "AdamW", "sgd": "SGD"}[optimizer]
+    result = FinetuneResult(steps, len(rows), len(rows[0]), f"{name} lr={LEARNING_RATE:g}, {schedule} schedule",
+                            cpu_losses, dev_losses, rel, dev_seconds, len(rows) * len(steady) / sum(steady))
     # The curves drift apart a little with every optimizer step, so allow the
     # loss tolerance to grow with the number of steps.
     limit = tol.loss_rtol * max(steps, 1)
-    return result, [Check("fine-tune loss curve matches CPU", rel <= limit, rel, limit)]
+    checks = [Check("fine-tune loss curve matches CPU", rel <= limit, rel, limit)]
+    if recorder is not None:
+        result.steady_step_recompiles = recorder.summary()
+        result.steady_step_new_kernels = len(recorder.recompiles)
+        checks.append(Check("fine-tune: steps after the first compile no new kernels (emulated count)",
+                            not recorder.recompiles, len(recorder.recompiles), 0,
+                            "; ".join(row["remedy"] for row in result.steady_step_recompiles)))
+    return result, checks
 
 
 def status(r: FinetuneResult | None) -> str | None:
@@ -81,4 +128,15 @@ def html(data: dict) -> str:
         return ""
     return (f"<p>{e(data['steps'])} steps of {e(data['optimizer'])}, batch {e(data['batch_size'])} × "
             f"{e(data['seq_len'])} tokens; {data['train_samples_per_second']:.2f} samples/s on the device.</p>"
-            + img(plots.loss_curves(data), "loss curves"))
+            + img(plots.loss_curves(data), "loss curves") + _recompiles_html(data))
+
+
+def _recompiles_html(data: dict) -> str:
+    new = data.get("steady_step_new_kernels")
+    if new is None:
+        return ""
+    head = (f"<p><b>kernels compiled after the first step</b> (emulated count of what Trainium would "
+            f"compile): {e(new)}</p>")
+    rows = [[e(r["op"]), e(", ".join(r["static_arguments"]) or "new shapes/dtypes"), e(r["new_kernels"]),
+             e(r["iterations"]), e(r["remedy"])] for r in data.get("steady_step_recompiles", [])]
+    return head + (table(["op", "compiled by value", "new kernels", "steps", "remedy"], rows) if rows else "")
