@@ -26,6 +26,10 @@ void bind_runtime(py::module& m) {
   m.def("_set_device", [](int index) { set_current_device(index); });
   m.def("_is_initialized", &runtime_initialized);
   m.def("_init", &mark_runtime_initialized);
+  m.def("_initialize_runtime", &initialize_runtime,
+        "torch.neuron.init(): the real product's _lazy_init, refused in a bad fork (runtime/Fork.cpp)");
+  m.def("_in_bad_fork", &in_bad_fork,
+        "Forked after the runtime was initialised from Python (runtime/Fork.cpp)");
   m.def("_set_init_error", &set_init_error);
   m.def("_device_capacity", [](int index) { return device_capacity(index); });
   m.def("_cpu_alias", &cpu_alias, "Zero-copy CPU view of a neuron tensor");

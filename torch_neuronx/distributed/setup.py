@@ -48,4 +48,5 @@ def create_process_group(store, rank: int, size: int, timeout):
     if neuron.config_error() is not None:
         raise ConfigError(str(neuron.config_error()))
     _C._set_init_error("")  # the process now has a group: device use is allowed
+    neuron.init()  # as the real backend's runtime setup: a child forked later is in a bad fork
     return ProcessGroupNeuron(store, rank, size, timeout)

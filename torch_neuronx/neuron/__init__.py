@@ -145,6 +145,7 @@ def get_device_name(device: Any = None) -> str:
 def get_device_properties(device: Any = None) -> NeuronDeviceProperties:
     idx = _index(device)
     topo = topology()
+    init()  # the real product initialises the runtime to read the HBM size
     return NeuronDeviceProperties(
         name=topo.profile.family,
         total_memory=_C._device_capacity(idx),
@@ -193,18 +194,31 @@ def config_error() -> ConfigError | None:
     return _config_error
 
 
-def init() -> None:
+def _check_config() -> None:
     if _config_error is not None:
         raise ConfigError(str(_config_error))
+
+
+def init() -> None:
+    """Initialise the runtime, as the real product's ``torch_neuronx._lazy_init``:
+    a child forked after this refuses to initialise again (``_is_in_bad_fork``)."""
+    _check_config()
+    _C._initialize_runtime()
+
+
+def _lazy_init() -> None:
+    """PyTorch's hook before a factory or copy names the device. The real product's
+    device module has none, so it neither marks an initialisation a forked child
+    would refuse nor refuses one: it only raises the deferred configuration error."""
+    _check_config()
     _C._init()
 
 
-_lazy_init = init
-
-
 def _is_in_bad_fork() -> bool:
-    # Host memory survives fork(), so a forked child can keep using the device.
-    return False
+    """True in a child forked after ``init()``, ``get_device_properties()`` or
+    ``init_process_group("neuron")`` ran (runtime/Fork.cpp); the child's tensors and
+    ops keep working (host memory survives fork), initialising again raises."""
+    return _C._in_bad_fork()
 
 
 def _sleep(cycles: int) -> None:

@@ -7,6 +7,7 @@
 // (fidelity/neff_cache.py) and the signature listeners. Repeats only bump
 // counters.
 #include "fidelity/Accounting.h"
+#include "runtime/Fork.h"
 
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
@@ -68,6 +69,10 @@ struct RepeatCache {
   }
 };
 thread_local RepeatCache t_repeats;
+
+// A forked child keeps what its parent compiled (the real product's
+// in-memory NEFF cache is copied too), but not a lock another thread held.
+const bool g_fork_handler = on_fork_child([] { recreate_lock(g_mutex); });
 py::object* g_callback = nullptr; // leaked on purpose: outlives interpreter teardown
 
 inline void mix(uint64_t& h, uint64_t v) {

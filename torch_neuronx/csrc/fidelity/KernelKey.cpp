@@ -1,5 +1,6 @@
 // The eager kernel key: hashing one call's arguments (see KernelKey.h).
 #include "fidelity/KernelKey.h"
+#include "runtime/Fork.h"
 
 #include <array>
 #include <atomic>
@@ -34,6 +35,8 @@ std::mutex g_rows_mutex;
 std::vector<std::pair<std::string, std::string>> g_rows;
 // Bumped by set_static_arguments: invalidates every thread's mask cache.
 std::atomic<uint64_t> g_rows_generation{1};
+// A forked child keeps the rows, not a lock another thread held (runtime/Fork.h).
+const bool g_fork_handler = on_fork_child([] { recreate_lock(g_rows_mutex); });
 
 // '*' matches any run of characters.
 bool glob_match(const char* pattern, const char* text) {

@@ -10,6 +10,7 @@
 // the torch.cuda-style API work on the `neuron` device.
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
+#include "runtime/Fork.h"
 #include "runtime/HostPool.h"
 
 #include <c10/core/CPUAllocator.h>
@@ -160,24 +161,13 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   void resetAccumulatedStats(c10::DeviceIndex index) override {
     auto& mem = core(index);
     std::lock_guard<std::mutex> lock(mem.mutex);
-    for (auto* array : {&mem.bytes, &mem.blocks}) {
-      for (auto& stat : *array) {
-        stat.reset_accumulated();
-      }
-    }
-    mem.num_ooms = 0;
-    mem.num_device_alloc = 0;
-    mem.num_device_free = 0;
+    clear_accumulated(mem);
   }
 
   void resetPeakStats(c10::DeviceIndex index) override {
     auto& mem = core(index);
     std::lock_guard<std::mutex> lock(mem.mutex);
-    for (auto* array : {&mem.bytes, &mem.blocks}) {
-      for (auto& stat : *array) {
-        stat.reset_peak();
-      }
-    }
+    clear_peaks(mem);
   }
 
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex index) override {
@@ -194,7 +184,38 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     return mem.capacity;
   }
 
+  // In a forked child (Fork.h): fresh locks. The child holds the parent's
+  // tensors (fork copied them), so current usage stays; peaks and cumulative
+  // counts start over, as they describe this process's life.
+  void after_fork() {
+    recreate_lock(config_mutex_);
+    for (auto& core : cores_) {
+      recreate_lock(core->mutex);
+      clear_accumulated(*core);
+      clear_peaks(*core);
+    }
+  }
+
  private:
+  static void clear_accumulated(CoreMemory& mem) {
+    for (auto* array : {&mem.bytes, &mem.blocks}) {
+      for (auto& stat : *array) {
+        stat.reset_accumulated();
+      }
+    }
+    mem.num_ooms = 0;
+    mem.num_device_alloc = 0;
+    mem.num_device_free = 0;
+  }
+
+  static void clear_peaks(CoreMemory& mem) {
+    for (auto* array : {&mem.bytes, &mem.blocks}) {
+      for (auto& stat : *array) {
+        stat.reset_peak();
+      }
+    }
+  }
+
   static void update(CoreMemory& mem, size_t bytes, bool increase) {
     const size_t pool = static_cast<size_t>(
         bytes < kSmallPoolLimit ? StatType::SMALL_POOL : StatType::LARGE_POOL);
@@ -219,6 +240,8 @@ NeuronAllocator g_allocator;
 NeuronAllocator& NeuronAllocator::instance() {
   return g_allocator;
 }
+
+const bool g_fork_handler = on_fork_child([] { g_allocator.after_fork(); });
 
 } // namespace
 

@@ -5,6 +5,7 @@
 // thread-local, with a process-wide default (as in CUDA), so a thread pool
 // loading weights does not race with the main thread.
 #include "runtime/Device.h"
+#include "runtime/Fork.h"
 
 #include <atomic>
 #include <mutex>
@@ -18,6 +19,20 @@ std::atomic<bool> g_initialized{false};
 std::mutex g_init_error_mutex;
 std::string g_init_error;
 std::atomic<bool> g_has_init_error{false};
+// The real product's Python-level flags (TR torch_neuronx/__init__.py:131-173).
+std::atomic<bool> g_initialized_from_python{false};
+std::atomic<bool> g_in_bad_fork{false};
+
+// The real product's os.register_at_fork hook: a child of an initialised
+// parent may not initialise again (sticky for its own children). The C++
+// flag (g_initialized) stays set, as the real runtime's does.
+void after_fork() {
+  if (g_initialized_from_python.exchange(false)) {
+    g_in_bad_fork = true;
+  }
+  recreate_lock(g_init_error_mutex);
+}
+const bool g_fork_handler = on_fork_child(&after_fork);
 } // namespace
 
 void set_device_count(int64_t count) {
@@ -73,6 +88,18 @@ void mark_runtime_initialized() {
     }
   }
   g_initialized = true;
+}
+
+void initialize_runtime() {
+  TORCH_CHECK(!g_in_bad_fork.load(),
+              "Cannot re-initialize Neuron runtime in forked subprocess. "
+              "To use Neuron with multiprocessing, use the 'spawn' start method");
+  mark_runtime_initialized();
+  g_initialized_from_python = true;
+}
+
+bool in_bad_fork() {
+  return g_in_bad_fork.load();
 }
 
 void set_init_error(std::string message) {

@@ -32,6 +32,12 @@ void check_device_index(c10::DeviceIndex index);
 // `torch.neuron.is_initialized()`.
 bool runtime_initialized();
 void mark_runtime_initialized();
+// What the real product's torch_neuronx._lazy_init() does (torch.neuron.init(),
+// get_device_properties(), init_process_group): initialise, and remember it,
+// so that a child forked afterwards is "in a bad fork" and raises the real
+// product's message here instead (Fork.cpp).
+void initialize_runtime();
+bool in_bad_fork();
 // A message raised on the first device use (empty = none). The distributed
 // layer sets it under torchrun until `init_process_group("neuron")` runs, as
 // the real runtime refuses to start before the process group exists.

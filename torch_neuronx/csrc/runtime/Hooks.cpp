@@ -6,6 +6,7 @@
 // with the neuron device so that seeds and states behave exactly as on CPU.
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
+#include "runtime/Fork.h"
 #include "runtime/Generators.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -76,6 +77,11 @@ class PinnedHostAllocator final : public c10::Allocator {
     return address < it->first + it->second;
   }
 
+  // In a forked child (Fork.h).
+  void after_fork() {
+    recreate_lock(mutex_);
+  }
+
   static PinnedHostAllocator& instance() {
     // Leaked on purpose: pinned tensors may be freed during interpreter exit.
     static auto* allocator = new PinnedHostAllocator();
@@ -98,6 +104,19 @@ class PinnedHostAllocator final : public c10::Allocator {
 
 std::mutex g_generators_mutex;
 std::deque<at::Generator> g_default_generators; // stable addresses
+
+// In a forked child (Fork.h): fresh locks, including each default
+// generator's own, which a generator lease (aten/native/GeneratorLease.h)
+// holds for the length of a random kernel on another thread. The generators'
+// states stay: the child continues the parent's streams, as on CPU.
+void after_fork() {
+  recreate_lock(g_generators_mutex);
+  for (auto& gen : g_default_generators) {
+    recreate_lock(gen.mutex());
+  }
+  PinnedHostAllocator::instance().after_fork();
+}
+const bool g_fork_handler = on_fork_child(&after_fork);
 
 class NeuronHooks final : public at::PrivateUse1HooksInterface {
  public:

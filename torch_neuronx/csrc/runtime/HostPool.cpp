@@ -17,6 +17,7 @@
 // system. This is host-side caching only: the emulated HBM accounting
 // (allocated == reserved) does not change.
 #include "runtime/HostPool.h"
+#include "runtime/Fork.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -121,6 +122,15 @@ class HostPool {
     return nbytes >= kMinPooledBytes;
   }
 
+  // In a forked child (Fork.h): a fresh lock and this process's own hit and
+  // miss counts. The cached blocks stay: fork copied them, they are the
+  // child's memory now.
+  void after_fork() {
+    recreate_lock(mutex_);
+    hits_ = 0;
+    misses_ = 0;
+  }
+
  private:
   static size_t round(size_t nbytes) {
     return (nbytes + kRounding - 1) / kRounding * kRounding;
@@ -143,6 +153,8 @@ HostPool& pool() {
   static auto* instance = new HostPool();
   return *instance;
 }
+
+const bool g_fork_handler = on_fork_child([] { pool().after_fork(); });
 
 void release_pooled(void* payload) {
   pool().release(payload);
