@@ -10,9 +10,9 @@
 // so aliasing, in-place updates through views and autograd's version
 // counters behave exactly as PyTorch expects, with no per-op copies.
 //
-// One call, in named steps: alias_arguments (aliasing, device notes,
-// generator argument), check_devices, lease_generator, account_kernel,
-// run_on_cpu, then sync_written_args and map_results.
+// One call, in named steps: check_implemented, alias_arguments (aliasing,
+// device notes, generator argument), check_devices, lease_generator,
+// account_kernel, run_on_cpu, then sync_written_args and map_results.
 #include "aten/native/Fallback.h"
 
 #include "aten/native/Call.h"
@@ -21,6 +21,8 @@
 #include "runtime/HostPool.h"
 
 #include <c10/util/SmallVector.h>
+
+#include <sstream>
 
 namespace torch_neuronx::native {
 namespace {
@@ -40,6 +42,37 @@ struct FallbackCall {
   at::Generator neuron_generator;      // an explicit neuron generator argument ...
   std::optional<size_t> generator_pos; // ... and its slot
 };
+
+// An op with neither a neuron kernel nor a CPU kernel (CUDA-only ops such as
+// _thnn_fused_gru_cell or _flash_attention_forward) cannot run. Raise the
+// real product's NotImplementedError ("Operation <op> is not implemented for
+// Neuron. Args: [...]", TR python_ops/base.py:809-818, notes §9) before any
+// argument is touched, so nothing is written, counted or tracked.
+void check_implemented(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  if (op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) {
+    return;
+  }
+  const auto& name = op.schema().operator_name();
+  std::ostringstream message;
+  message << "Operation " << name.name.substr(name.name.rfind(':') + 1)
+          << (name.overload_name.empty() ? "" : ".") << name.overload_name
+          << " is not implemented for Neuron. Args: [";
+  const size_t n = op.schema().arguments().size();
+  for (size_t i = 0; i < n; ++i) {
+    const auto& value = stack[stack.size() - n + i];
+    message << (i ? ", " : "") << "arg" << i << ": ";
+    if (value.isTensor() && value.toTensor().defined()) {
+      const auto& t = value.toTensor();
+      message << "Tensor(shape=" << t.sizes() << ", dtype=" << t.scalar_type()
+              << ", device=" << t.device() << ")";
+    } else {
+      message << value.tagKind() << "=" << value;
+    }
+  }
+  message << "]. Kwargs: []. Details: the op has no Neuron kernel and no CPU kernel "
+          << "for the CPU fallback";
+  TORCH_CHECK_NOT_IMPLEMENTED(false, message.str());
+}
 
 // Replace neuron tensors (also inside lists) by CPU aliases and neuron
 // devices by CPU, noting devices and the generator argument on the way.
@@ -131,6 +164,7 @@ void map_results(FallbackCall& call) {
 } // namespace
 
 void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  check_implemented(op, *stack);
   FallbackCall call(op, *stack);
   alias_arguments(call);
   call.state.check_devices(op.schema().operator_name());

@@ -13,20 +13,22 @@
 namespace torch_neuronx::native {
 namespace {
 
-void check_memory_format(std::optional<c10::MemoryFormat> format) {
+// The real product's message first (TR python_ops/cast_policy.py:38-51,
+// notes §9), then what to do about it.
+void check_memory_format(const char* op, std::optional<c10::MemoryFormat> format) {
   const auto f = format.value_or(c10::MemoryFormat::Preserve);
   TORCH_CHECK(
       f == c10::MemoryFormat::Contiguous || f == c10::MemoryFormat::Preserve,
-      "neuron tensors support only torch.contiguous_format (and "
-      "torch.preserve_format); got memory format ", f,
-      ". Trainium kernels are compiled for contiguous layouts: keep the "
-      "default layout instead of requesting ", f, ".");
+      op, ": Neuron tensors only support contiguous or preserve memory format; "
+      "got memory format ", f, ". Trainium kernels are compiled for contiguous "
+      "layouts: keep the default layout (torch.contiguous_format) instead of "
+      "requesting ", f, ".");
 }
 
 } // namespace
 
 at::Tensor clone(const at::Tensor& self, std::optional<c10::MemoryFormat> format) {
-  check_memory_format(format);
+  check_memory_format("clone", format);
   return at::native::clone(self, format);
 }
 
@@ -38,7 +40,7 @@ at::Tensor to_copy(
     std::optional<bool> pin_memory,
     bool non_blocking,
     std::optional<c10::MemoryFormat> format) {
-  check_memory_format(format);
+  check_memory_format("_to_copy", format);
   return at::native::_to_copy(self, dtype, layout, device, pin_memory, non_blocking, format);
 }
 
@@ -49,7 +51,7 @@ at::Tensor empty_like(
     std::optional<c10::Device> device,
     std::optional<bool> pin_memory,
     std::optional<c10::MemoryFormat> format) {
-  check_memory_format(format);
+  check_memory_format("empty_like", format);
   return at::native::empty_like(self, dtype, layout, device, pin_memory, format);
 }
 
