@@ -104,7 +104,7 @@ def test_child_memory_stats_are_its_own_and_a_lock_held_at_fork_is_released():
         def draw():                                 # holds gen's lock for most of its time
             while not stop.is_set():
                 torch.randn(1 << 20, device="neuron", generator=gen)
-        thread = threading.Thread(target=draw)
+        thread = threading.Thread(target=draw, daemon=True)  # a failed child must not keep the parent alive
         thread.start()
         def child():
             t = torch.randn(8, device="neuron", generator=gen)   # hangs if the lock stayed held
