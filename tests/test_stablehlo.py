@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch._dynamo
 from torch import nn
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import torch_neuronx
 from torch_neuronx.compile import stablehlo
@@ -200,6 +201,29 @@ def test_collector_lowers_each_signature_once_and_reports_fallbacks(monkeypatch)
     assert "would fall back to CPU" in report["would_fall_back_to_cpu"]["aten::erfinv"]
     collector.clear()
     assert collector.report()["signatures"] == 0
+
+
+@pytest.mark.parametrize("start, end, bounds", [
+    (8, 2**63 - 1, (8, 16)),  # x[..., 8:] in a backward graph (Llama's rotate_half)
+    (-8, None, (8, 16)),
+    (4, 12, (4, 12)),  # already in bounds: unchanged
+    (12, 4, (12, 12)),  # empty, as PyTorch clamps it
+])
+def test_slice_scatter_bounds_are_clamped_before_lowering(start, end, bounds):
+    """torch-mlir builds slice_scatter's index constant from start to the unclamped end: with the
+    "to the end" sentinel 2**63 - 1 its lowering grew until the OOM killer ended it (17 GB on a tiny
+    Llama's backward graph). The re-trace clamps the bounds, values unchanged."""
+    base, src = torch.randn(2, 16), torch.randn(2, bounds[1] - bounds[0])
+
+    def scatter(b, s):
+        return torch.ops.aten.slice_scatter(b, s, -1, start, end) * 2
+
+    graph = stablehlo.decomposed(make_fx(scatter, tracing_mode="fake")(base, src))
+    (node,) = [n for n in graph.graph.nodes if n.target is torch.ops.aten.slice_scatter.default]
+    assert tuple(node.args[3:5]) == bounds
+    torch.testing.assert_close(graph(base, src), scatter(base, src))
+    lowered = stablehlo.lower_fx_graph(graph, decompose=False)
+    assert lowered.op_count < 10 and f"tensor<{bounds[1] - bounds[0]}x1xi64>" in lowered.text
 
 
 def test_graph_key_recomputes_from_artifact_text():
