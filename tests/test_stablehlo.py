@@ -37,7 +37,7 @@ def _fresh(tmp_path, monkeypatch):
     torch_neuronx.reset_dynamo_metrics()
     use_neff_cache(tmp_path / "neff")
     monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
-    monkeypatch.setenv("TORCHNEURON_LOWER_GRAPHS", "1")  # graph lowering is opt-in (docs/compile.md)
+    monkeypatch.delenv("TORCHNEURON_LOWER_GRAPHS", raising=False)  # on by default
     with config.patch(
         automatic_dynamic_shapes=config.automatic_dynamic_shapes,
         assume_static_by_default=config.assume_static_by_default,
@@ -154,6 +154,54 @@ def test_without_torch_mlir_one_warning_and_not_checked(monkeypatch):
     assert all(r["lowering"] == "not checked" and r["stablehlo_op_count"] is None for r in records)
     assert all(re.fullmatch(r"[0-9a-f]{64}", r["graph_id"]) for r in records)
     assert result.lowered is None and "not checked" in result.reason
+
+
+@pytest.fixture
+def graphs_fail_unnamed(monkeypatch):
+    """torch-mlir failing on every graph of more than one op without naming a cause (an internal
+    error, as its slice_scatter lowering once did with std::bad_alloc); single kernels lower as usual."""
+    from torch_mlir import fx as mlir_fx
+
+    real = mlir_fx.stateless_fx_import
+
+    def import_(gm, *args, **kwargs):
+        if sum(n.op == "call_function" for n in gm.graph.nodes) > 1:
+            raise RuntimeError("std::bad_alloc")
+        return real(gm, *args, **kwargs)
+
+    monkeypatch.setattr(mlir_fx, "stateless_fx_import", import_)
+
+
+def test_unnamed_failure_is_traced_to_the_op_that_does_not_lower(graphs_fail_unnamed):
+    x = torch.rand(4, device="neuron") * 0.5
+    with pytest.raises(Exception) as info:
+        torch.compile(lambda t: NOT_LOWERING_OP(t.sin()).cos(), backend="neuron")(x)
+    message = str(info.value)
+    assert "no lowering for torch.aten.erfinv (found by lowering aten::erfinv alone" in message
+    assert "Neuron backend NEFF execution setup failed" in message
+
+
+def test_unnamed_failure_with_every_op_lowering_alone_is_not_checked(graphs_fail_unnamed, neuron_log):
+    x = torch.rand(4, device="neuron")
+    out = torch.compile(lambda t: t.sin().cos(), backend="neuron")(x)
+    torch.testing.assert_close(out.cpu(), x.cpu().sin().cos())
+    (record,) = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert record["lowering"] == "not checked (torch-mlir failed without naming an op; each op lowers alone)"
+    assert any(r.getMessage().endswith("not checked for StableHLO: torch-mlir could not lower the graph to StableHLO: "
+                                       "std::bad_alloc") for r in neuron_log)
+
+
+def test_lowering_switched_off_compiles_unchecked(monkeypatch):
+    """TORCHNEURON_LOWER_GRAPHS=0: nothing goes through torch-mlir, so a graph that would not
+    compile on Trainium runs; records say why nothing was checked."""
+    monkeypatch.setenv("TORCHNEURON_LOWER_GRAPHS", "0")
+    monkeypatch.setattr(stablehlo, "lower_fx_graph", lambda *a, **k: pytest.fail("lowered while switched off"))
+    x = torch.rand(5) * 1.8 - 0.9
+    out = torch.compile(NOT_LOWERING_OP, backend="neuron")(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), NOT_LOWERING_OP(x))
+    (record,) = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert record["lowering"] == "not checked (TORCHNEURON_LOWER_GRAPHS=0)"
+    assert record["stablehlo_op_count"] is None and re.fullmatch(r"[0-9a-f]{64}", record["graph_id"])
 
 
 def _meta(*shape, dtype=torch.float32):
