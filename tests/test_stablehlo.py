@@ -274,6 +274,17 @@ def test_slice_scatter_bounds_are_clamped_before_lowering(start, end, bounds):
     assert lowered.op_count < 10 and f"tensor<{bounds[1] - bounds[0]}x1xi64>" in lowered.text
 
 
+def test_eager_slice_backward_kernel_lowers_with_clamped_bounds():
+    """The eager kernel of the same backward (``slice_backward`` decomposes to ``slice_scatter``)."""
+    grad = torch.randn(2, 8)
+    trace = make_fx(lambda g: torch.ops.aten.slice_backward(g, [2, 16], 1, 8, 2**63 - 1, 1),
+                    decomposition_table=stablehlo.torch_mlir_decompositions(), tracing_mode="fake")
+    (node,) = [n for n in trace(grad).graph.nodes if n.target is torch.ops.aten.slice_scatter.default]
+    assert tuple(node.args[2:5]) == (1, 8, 16)
+    result = lower_kernel("aten::slice_backward", (_meta(2, 8), [2, 16], 1, 8, 2**63 - 1, 1))
+    assert result.lowered is True and result.stablehlo_op_count < 10
+
+
 def test_graph_key_recomputes_from_artifact_text():
     # The key function itself: text, I/O and compiler configuration all enter the hash.
     x = torch.empty(2, 3)

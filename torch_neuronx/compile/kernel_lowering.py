@@ -101,11 +101,10 @@ def _trace(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> torch.
         return overload(*call_args, **call_kwargs)
 
     from torch.fx.experimental.proxy_tensor import make_fx
-    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
     traced = make_fx(
         torch.func.functionalize(call, remove="mutations_and_views"),
-        decomposition_table=get_decomposition_table(),
+        decomposition_table=stablehlo.torch_mlir_decompositions(),
         tracing_mode="fake",
     )
     # Fake CPU twins of the meta inputs: no memory, and ops that copy (``_to_copy``) trace.

@@ -206,22 +206,24 @@ def _slice_scatter_in_bounds(base, src, dim=0, start=None, end=None, step=1):
     return torch.ops.aten.slice_scatter.default(base, src, dim, lo, hi, step)
 
 
+def torch_mlir_decompositions() -> dict:
+    """torch-mlir's decomposition table, which its FX route applies before import
+    (``export_and_import``), with ``slice_scatter`` bounds clamped (:func:`_slice_scatter_in_bounds`):
+    for graphs and eager kernels alike (an eager ``slice_backward`` decomposes to ``slice_scatter``)."""
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    return {**get_decomposition_table(), torch.ops.aten.slice_scatter.default: _slice_scatter_in_bounds}
+
+
 def decomposed(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """``gm`` re-traced with torch-mlir's decomposition table, which its FX route applies before
     import (``export_and_import``); the real product likewise decomposes in AOTAutograd.
 
     Views become reshapes: a decomposed op (the math form of the attention
     kernel) may return other strides than the kernel the graph was traced with,
-    and StableHLO has no strides anyway. ``slice_scatter`` bounds are clamped
-    (:func:`_slice_scatter_in_bounds`).
+    and StableHLO has no strides anyway.
     """
-    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
-
-    table = {
-        **get_decomposition_table(),
-        torch.ops.aten.view.default: _view_as_reshape,
-        torch.ops.aten.slice_scatter.default: _slice_scatter_in_bounds,
-    }
+    table = {**torch_mlir_decompositions(), torch.ops.aten.view.default: _view_as_reshape}
     table.pop(torch.ops.aten._unsafe_view.default)  # it decomposes into view: keep it, torch-mlir lowers it
     inputs = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     trace = make_fx(torch.fx.Interpreter(gm).run, decomposition_table=table, tracing_mode="fake")
