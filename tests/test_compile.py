@@ -31,12 +31,6 @@ def _mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 4))
 
 
-@pytest.fixture(autouse=True)
-def _lower_graphs(monkeypatch):
-    """Graph lowering to StableHLO is opt-in (docs/compile.md); these small graphs check it too."""
-    monkeypatch.setenv("TORCHNEURON_LOWER_GRAPHS", "1")
-
-
 def test_backend_registered_by_name_and_entry_point():
     (entry,) = [e for e in importlib.metadata.entry_points(group="torch_dynamo_backends") if e.name == "neuron"]
     assert entry.value == "torch_neuronx.compile.backend:neuron_backend"

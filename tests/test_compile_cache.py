@@ -41,7 +41,7 @@ _CHILD = textwrap.dedent(
 def _run(cache_dir: Path, mode: str, artifacts: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
     env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(cache_dir)
-    env["TORCHNEURON_LOWER_GRAPHS"] = "1"  # the key of a lowered graph must be stable across processes
+    env.pop("TORCHNEURON_LOWER_GRAPHS", None)  # lowered (the default): its key must be stable across processes
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD, mode, str(artifacts)], env=env, capture_output=True, text=True, timeout=600
     )

@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch._dynamo
 from torch import nn
+from torch.fx.experimental.proxy_tensor import make_fx
 
 import torch_neuronx
 from torch_neuronx.compile import stablehlo
@@ -36,7 +37,7 @@ def _fresh(tmp_path, monkeypatch):
     torch_neuronx.reset_dynamo_metrics()
     use_neff_cache(tmp_path / "neff")
     monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
-    monkeypatch.setenv("TORCHNEURON_LOWER_GRAPHS", "1")  # graph lowering is opt-in (docs/compile.md)
+    monkeypatch.delenv("TORCHNEURON_LOWER_GRAPHS", raising=False)  # on by default
     with config.patch(
         automatic_dynamic_shapes=config.automatic_dynamic_shapes,
         assume_static_by_default=config.assume_static_by_default,
@@ -155,6 +156,54 @@ def test_without_torch_mlir_one_warning_and_not_checked(monkeypatch):
     assert result.lowered is None and "not checked" in result.reason
 
 
+@pytest.fixture
+def graphs_fail_unnamed(monkeypatch):
+    """torch-mlir failing on every graph of more than one op without naming a cause (an internal
+    error, as its slice_scatter lowering once did with std::bad_alloc); single kernels lower as usual."""
+    from torch_mlir import fx as mlir_fx
+
+    real = mlir_fx.stateless_fx_import
+
+    def import_(gm, *args, **kwargs):
+        if sum(n.op == "call_function" for n in gm.graph.nodes) > 1:
+            raise RuntimeError("std::bad_alloc")
+        return real(gm, *args, **kwargs)
+
+    monkeypatch.setattr(mlir_fx, "stateless_fx_import", import_)
+
+
+def test_unnamed_failure_is_traced_to_the_op_that_does_not_lower(graphs_fail_unnamed):
+    x = torch.rand(4, device="neuron") * 0.5
+    with pytest.raises(Exception) as info:
+        torch.compile(lambda t: NOT_LOWERING_OP(t.sin()).cos(), backend="neuron")(x)
+    message = str(info.value)
+    assert "no lowering for torch.aten.erfinv (found by lowering aten::erfinv alone" in message
+    assert "Neuron backend NEFF execution setup failed" in message
+
+
+def test_unnamed_failure_with_every_op_lowering_alone_is_not_checked(graphs_fail_unnamed, neuron_log):
+    x = torch.rand(4, device="neuron")
+    out = torch.compile(lambda t: t.sin().cos(), backend="neuron")(x)
+    torch.testing.assert_close(out.cpu(), x.cpu().sin().cos())
+    (record,) = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert record["lowering"] == "not checked (torch-mlir failed without naming an op; each op lowers alone)"
+    assert any(r.getMessage().endswith("not checked for StableHLO: torch-mlir could not lower the graph to StableHLO: "
+                                       "std::bad_alloc") for r in neuron_log)
+
+
+def test_lowering_switched_off_compiles_unchecked(monkeypatch):
+    """TORCHNEURON_LOWER_GRAPHS=0: nothing goes through torch-mlir, so a graph that would not
+    compile on Trainium runs; records say why nothing was checked."""
+    monkeypatch.setenv("TORCHNEURON_LOWER_GRAPHS", "0")
+    monkeypatch.setattr(stablehlo, "lower_fx_graph", lambda *a, **k: pytest.fail("lowered while switched off"))
+    x = torch.rand(5) * 1.8 - 0.9
+    out = torch.compile(NOT_LOWERING_OP, backend="neuron")(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), NOT_LOWERING_OP(x))
+    (record,) = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert record["lowering"] == "not checked (TORCHNEURON_LOWER_GRAPHS=0)"
+    assert record["stablehlo_op_count"] is None and re.fullmatch(r"[0-9a-f]{64}", record["graph_id"])
+
+
 def _meta(*shape, dtype=torch.float32):
     return torch.empty(*shape, dtype=dtype, device="meta")
 
@@ -200,6 +249,40 @@ def test_collector_lowers_each_signature_once_and_reports_fallbacks(monkeypatch)
     assert "would fall back to CPU" in report["would_fall_back_to_cpu"]["aten::erfinv"]
     collector.clear()
     assert collector.report()["signatures"] == 0
+
+
+@pytest.mark.parametrize("start, end, bounds", [
+    (8, 2**63 - 1, (8, 16)),  # x[..., 8:] in a backward graph (Llama's rotate_half)
+    (-8, None, (8, 16)),
+    (4, 12, (4, 12)),  # already in bounds: unchanged
+    (12, 4, (12, 12)),  # empty, as PyTorch clamps it
+])
+def test_slice_scatter_bounds_are_clamped_before_lowering(start, end, bounds):
+    """torch-mlir builds slice_scatter's index constant from start to the unclamped end: with the
+    "to the end" sentinel 2**63 - 1 its lowering grew until the OOM killer ended it (17 GB on a tiny
+    Llama's backward graph). The re-trace clamps the bounds, values unchanged."""
+    base, src = torch.randn(2, 16), torch.randn(2, bounds[1] - bounds[0])
+
+    def scatter(b, s):
+        return torch.ops.aten.slice_scatter(b, s, -1, start, end) * 2
+
+    graph = stablehlo.decomposed(make_fx(scatter, tracing_mode="fake")(base, src))
+    (node,) = [n for n in graph.graph.nodes if n.target is torch.ops.aten.slice_scatter.default]
+    assert tuple(node.args[3:5]) == bounds
+    torch.testing.assert_close(graph(base, src), scatter(base, src))
+    lowered = stablehlo.lower_fx_graph(graph, decompose=False)
+    assert lowered.op_count < 10 and f"tensor<{bounds[1] - bounds[0]}x1xi64>" in lowered.text
+
+
+def test_eager_slice_backward_kernel_lowers_with_clamped_bounds():
+    """The eager kernel of the same backward (``slice_backward`` decomposes to ``slice_scatter``)."""
+    grad = torch.randn(2, 8)
+    trace = make_fx(lambda g: torch.ops.aten.slice_backward(g, [2, 16], 1, 8, 2**63 - 1, 1),
+                    decomposition_table=stablehlo.torch_mlir_decompositions(), tracing_mode="fake")
+    (node,) = [n for n in trace(grad).graph.nodes if n.target is torch.ops.aten.slice_scatter.default]
+    assert tuple(node.args[2:5]) == (1, 8, 16)
+    result = lower_kernel("aten::slice_backward", (_meta(2, 8), [2, 16], 1, 8, 2**63 - 1, 1))
+    assert result.lowered is True and result.stablehlo_op_count < 10
 
 
 def test_graph_key_recomputes_from_artifact_text():

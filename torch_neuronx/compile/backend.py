@@ -36,7 +36,7 @@ from ..fidelity import projected
 from ..runtime.errors import first_line
 from ..runtime.log import get_logger
 from ..runtime.settings import get_flag
-from . import artifacts, cache, device_interface, passes, stablehlo
+from . import artifacts, cache, device_interface, kernel_lowering, passes, stablehlo
 from .aliased_execution import alias_runner
 from .metrics import METRICS, GraphRecord, NeuronCompilationMetrics, estimated_compile_seconds
 
@@ -108,21 +108,34 @@ def _us_since(start: float) -> float:
     return (time.perf_counter() - start) * 1e6
 
 
+def _lower(gm: torch.fx.GraphModule, record: NeuronCompilationMetrics) -> stablehlo.Lowered | None:
+    """``gm`` in StableHLO; None when not checked (switched off, torch-mlir absent or failing
+    without a cause). When torch-mlir fails without naming an op, the graph's kernels are
+    lowered one by one: one that does not lower alone fails the graph, named."""
+    if not get_flag("TORCHNEURON_LOWER_GRAPHS"):
+        record.lowering = "not checked (TORCHNEURON_LOWER_GRAPHS=0)"
+        return None
+    try:
+        return stablehlo.lower_fx_graph(gm)  # function "main": the key must not depend on the AOT counter
+    except stablehlo.LoweringError as exc:
+        if exc.unsupported:
+            raise
+        failing = kernel_lowering.kernels_not_lowering(gm)
+        if failing:
+            raise stablehlo.LoweringError(
+                f"{failing[0].reason} (found by lowering {failing[0].op} alone: the whole graph failed "
+                "without naming an op)", [r.reason for r in failing]
+            ) from None
+        _log.warning("graph %s not checked for StableHLO: %s", record.graph_name, exc)
+        record.lowering = "not checked (torch-mlir failed without naming an op; each op lowers alone)"
+        return None
+
+
 def _lower_and_account(
     gm: torch.fx.GraphModule, example_inputs: Sequence[Any], record: NeuronCompilationMetrics
 ) -> None:
     """StableHLO of ``gm`` (already on CPU), its graph key, artifact and cache outcome, into ``record``."""
-    lowered = None
-    if not get_flag("TORCHNEURON_LOWER_GRAPHS"):
-        record.lowering = "not checked (TORCHNEURON_LOWER_GRAPHS=0)"
-    else:
-        try:
-            lowered = stablehlo.lower_fx_graph(gm)  # function "main": the key must not depend on the AOT counter
-        except stablehlo.LoweringError as exc:
-            if exc.unsupported:
-                raise
-            _log.warning("graph %s not checked for StableHLO: %s", record.graph_name, exc)
-            record.lowering = "not checked (torch-mlir failed without naming an op)"
+    lowered = _lower(gm, record)
     if lowered is not None:
         record.torch_neuronx_lower_us = lowered.seconds * 1e6
         record.stablehlo_op_count = lowered.op_count

@@ -101,11 +101,10 @@ def _trace(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> torch.
         return overload(*call_args, **call_kwargs)
 
     from torch.fx.experimental.proxy_tensor import make_fx
-    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
     traced = make_fx(
         torch.func.functionalize(call, remove="mutations_and_views"),
-        decomposition_table=get_decomposition_table(),
+        decomposition_table=stablehlo.torch_mlir_decompositions(),
         tracing_mode="fake",
     )
     # Fake CPU twins of the meta inputs: no memory, and ops that copy (``_to_copy``) trace.
@@ -149,6 +148,29 @@ def lower_kernel(op: str, args: tuple, kwargs: dict | None = None) -> LoweringRe
                               seconds=time.perf_counter() - start)
     return LoweringResult(op, True, stablehlo_op_count=lowered.op_count,
                           seconds=time.perf_counter() - start)
+
+
+def kernels_not_lowering(gm: torch.fx.GraphModule) -> list[LoweringResult]:
+    """Each distinct kernel signature of an ATen graph lowered alone; those that do not lower.
+
+    When torch-mlir fails on a whole graph without naming a cause, the op
+    responsible is found the way eager kernels are checked, one signature at
+    a time (on the graph's functional form: custom kernels cut out, device
+    moves gone).
+    """
+    failing, seen = [], set()
+    for node in stablehlo.functional_form(gm).graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        args, kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta.get("val"), (node.args, node.kwargs))
+        signature = (node.target, repr(as_meta((args, kwargs))))
+        if signature in seen:
+            continue
+        seen.add(signature)
+        result = lower_kernel(node.target.name(), args, kwargs)
+        if result.lowered is False and result.stage == "lower":
+            failing.append(result)
+    return failing
 
 
 class KernelLoweringCollector:

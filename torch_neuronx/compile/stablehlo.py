@@ -190,6 +190,31 @@ def _view_as_reshape(tensor: torch.Tensor, size: Sequence[int]) -> torch.Tensor:
     return torch.ops.aten._unsafe_view.default(tensor.contiguous(), size)
 
 
+def _slice_scatter_in_bounds(base, src, dim=0, start=None, end=None, step=1):
+    """``slice_scatter`` with ``start``/``end`` clamped to the dimension, as PyTorch reads them.
+
+    A slice "to the end" carries ``end = 2**63 - 1`` (the backward of ``x[..., n:]``,
+    e.g. Llama's ``rotate_half``). torch-mlir 20261001 lowers ``slice_scatter`` to a
+    ``stablehlo.scatter`` whose index constant it builds from ``start`` to the
+    unclamped ``end``: the lowering allocated memory until the process was killed
+    (17 GB on a tiny Llama's backward graph). Same values, bounded indices.
+    """
+    lo, hi, _ = slice(start, end, step).indices(base.shape[dim])
+    hi = max(hi, lo)  # an empty slice, as PyTorch clamps it
+    if (start, end) == (lo, hi):
+        return NotImplemented  # already in bounds: trace the op itself
+    return torch.ops.aten.slice_scatter.default(base, src, dim, lo, hi, step)
+
+
+def torch_mlir_decompositions() -> dict:
+    """torch-mlir's decomposition table, which its FX route applies before import
+    (``export_and_import``), with ``slice_scatter`` bounds clamped (:func:`_slice_scatter_in_bounds`):
+    for graphs and eager kernels alike (an eager ``slice_backward`` decomposes to ``slice_scatter``)."""
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    return {**get_decomposition_table(), torch.ops.aten.slice_scatter.default: _slice_scatter_in_bounds}
+
+
 def decomposed(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """``gm`` re-traced with torch-mlir's decomposition table, which its FX route applies before
     import (``export_and_import``); the real product likewise decomposes in AOTAutograd.
@@ -198,9 +223,7 @@ def decomposed(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     kernel) may return other strides than the kernel the graph was traced with,
     and StableHLO has no strides anyway.
     """
-    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
-
-    table = {**get_decomposition_table(), torch.ops.aten.view.default: _view_as_reshape}
+    table = {**torch_mlir_decompositions(), torch.ops.aten.view.default: _view_as_reshape}
     table.pop(torch.ops.aten._unsafe_view.default)  # it decomposes into view: keep it, torch-mlir lowers it
     inputs = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
     trace = make_fx(torch.fx.Interpreter(gm).run, decomposition_table=table, tracing_mode="fake")

@@ -159,11 +159,11 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
     _S("TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY", "flag", False,
        "`1`: a CPU tensor input to a compiled graph raises instead of being copied to the device",
        "product", "compile/backend.py"),
-    _S("TORCHNEURON_LOWER_GRAPHS", "flag", False,
-       "`1`: lower every `torch.compile(backend=\"neuron\")` graph to StableHLO with torch-mlir (graph key, "
-       "op counts, artifacts, the real failure for a graph that does not lower). Off by default: with "
-       "torch-mlir 20261001 lowering a Trainer's tiny compiled model peaked at 17 GB of host memory "
-       "([compile](compile.md))", "ours", "compile/backend.py"),
+    _S("TORCHNEURON_LOWER_GRAPHS", "flag", True,
+       "`0`: do not lower `torch.compile(backend=\"neuron\")` graphs to StableHLO with torch-mlir: no check "
+       "that a graph would compile on Trainium, the graph key hashes the FX code, no StableHLO op counts "
+       "or artifacts; records say `not checked (TORCHNEURON_LOWER_GRAPHS=0)` ([compile](compile.md))",
+       "ours", "compile/backend.py"),
     _S("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", "flag", False,
        "`1`: write each compiled graph's StableHLO to `TORCH_NEURONX_DEBUG_DIR`", "product",
        "compile/stablehlo.py"),
