@@ -89,6 +89,68 @@ def test_input_mutation_and_returned_view_alias_the_input():
     assert (x[1:] == 0).all()
 
 
+class _CacheStep(nn.Module):
+    """A decode step's shape: parameters and a cache written in place at a position."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.register_buffer("cache", torch.zeros(6, 8))
+
+    def forward(self, x, position):
+        self.cache.index_copy_(0, position, self.proj(x))
+        return self.cache.sum(0), self.cache.view(torch.int32)
+
+
+def test_warm_graph_reuses_input_aliases_and_sees_inputs_mutated_or_reallocated():
+    """Parameters and the cache are the same tensors every call: their CPU aliases are built
+    once (issue 20). Memory changed in place is seen through them; a position that now holds
+    other memory (``.data =`` , ``set_``, a freed and reallocated tensor) gets a fresh alias."""
+    from torch_neuronx.compile.aliased_execution import input_alias_counts
+
+    torch.manual_seed(0)
+    ref = _CacheStep()
+    model = _CacheStep()
+    model.load_state_dict(ref.state_dict())
+    model.to("neuron")
+    step = torch.compile(model, backend="neuron", fullgraph=True)
+
+    def check(i: int) -> None:
+        x = torch.randn(1, 8)
+        position = torch.tensor([i % 6])
+        with torch.no_grad():
+            total, bits = step(x.to("neuron"), position.to("neuron"))
+            total_ref, bits_ref = ref(x, position)
+        torch.testing.assert_close(total.cpu(), total_ref)
+        torch.testing.assert_close(model.cache.cpu(), ref.cache)
+        assert torch.equal(bits.cpu(), bits_ref)
+        assert bits.device.type == "neuron" and bits.data_ptr() == model.cache.data_ptr()
+
+    check(0)  # compiles
+    input_alias_counts(reset=True)
+    check(1)
+    check(2)
+    # Inputs: weight, bias and cache (reused), x and position (new tensors every call).
+    assert input_alias_counts() == {"built": 2 * 2, "reused": 2 * 3}
+
+    with torch.no_grad():
+        model.proj.weight.mul_(2)  # in place: same memory, the cached alias sees it
+        ref.proj.weight.mul_(2)
+    input_alias_counts(reset=True)
+    check(3)
+    assert input_alias_counts()["built"] == 2
+    new_weight = torch.randn(8, 8)
+    model.proj.weight.data = new_weight.to("neuron")  # reallocated: a fresh alias
+    ref.proj.weight.data = new_weight.clone()
+    check(4)
+    model.cache.set_(torch.zeros(6, 8, device="neuron"))  # the cache too
+    ref.cache.zero_()
+    check(5)
+    counts = input_alias_counts()
+    assert counts["built"] == 2 + 3 + 3
+    assert torch_neuronx.get_dynamo_metrics()["recompilations"] == 0
+
+
 def test_device_factories_and_cpu_outputs_in_graph():
     def fn(x):
         idx = torch.arange(x.shape[0], device=x.device)

@@ -19,6 +19,8 @@ from test_compile import _fresh_dynamo  # noqa: E402,F401  (autouse: fresh Dynam
 pytestmark = pytest.mark.slow
 
 VOCAB = 256
+# Tensors a compiled decode step gets anew each step (token ids, cache and token positions).
+NEW_PER_STEP = 3
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +73,36 @@ def test_static_cache_generate_uses_compiled_forward(base_model):
     eager = base_model.generate(prompt, **kwargs, disable_compile=True)
     assert compiled.device.type == "neuron"
     assert torch.equal(compiled.cpu(), eager)
+
+
+def test_warm_compiled_decode_steps_alias_no_parameter_or_cache_tensor_again(base_model):
+    """Issue 20: a compiled decode step takes every parameter and static-cache tensor as an
+    input; each further step reuses their CPU aliases and builds new ones only for the step's
+    new tensors (tensors made once per generate() call are aliased on its first step)."""
+    from torch_neuronx.compile.aliased_execution import input_alias_counts
+
+    model = copy.deepcopy(base_model).to("neuron")
+    prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(4))
+
+    def generate(tokens: int) -> tuple[int, dict]:
+        runs = torch_neuronx.get_dynamo_metrics()["executions"]
+        input_alias_counts(reset=True)
+        out = model.generate(prompt.to("neuron"), max_new_tokens=tokens, min_new_tokens=tokens,
+                             do_sample=False, cache_implementation="static", pad_token_id=0)
+        expected = base_model.generate(prompt, max_new_tokens=tokens, min_new_tokens=tokens,
+                                       do_sample=False, cache_implementation="static",
+                                       pad_token_id=0, disable_compile=True)
+        assert torch.equal(out.cpu(), expected)
+        return torch_neuronx.get_dynamo_metrics()["executions"] - runs, input_alias_counts()
+
+    generate(6)  # compiles the decode step for a cache of 6 + 6 positions, which shorter requests reuse
+    runs_short, short = generate(3)
+    runs_long, long = generate(6)
+    steps = runs_long - runs_short
+    assert steps == 3
+    assert long["built"] - short["built"] == steps * NEW_PER_STEP
+    persistent = len(list(model.parameters())) + 2 * model.config.num_hidden_layers  # + keys, values
+    assert long["reused"] - short["reused"] >= steps * persistent
 
 
 def test_mixed_mode_compiles_only_the_chosen_submodules(base_model):

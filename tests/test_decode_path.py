@@ -8,10 +8,6 @@ from torch_neuronx.testing.tiny_models import tiny_causal_lm
 
 # Ops a static-cache generate() still runs through the boxed fallback, and why.
 BOXED_IN_DECODE = {
-    "aten::arange.start_out": (
-        "an out= op (torch.arange allocates, then fills): the fast path registers no out= "
-        "variants, whose out argument is keyed as an output, not an input; a few calls per step"
-    ),
     "aten::contiguous": "not an op that runs here: the real product's contiguity kernel, only counted",
 }
 

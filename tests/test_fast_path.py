@@ -128,6 +128,8 @@ CASES = {
     "aten::cumsum": (lambda: (torch.randint(0, 9, (4, 6)),), lambda x: x.cumsum(1)),
     "aten::all": (lambda: (_x(),), lambda x: (x > -1).all()),
     "aten::any": (lambda: (_x(),), lambda x: (x > 1).any()),
+    # torch.arange allocates an empty result, then runs arange.start_out, which resizes it.
+    "aten::arange.start_out": (lambda: (torch.zeros(1),), lambda like: torch.arange(2, 11, 3, device=like.device)),
     "aten::_scaled_dot_product_flash_attention_for_cpu": (
         lambda: (torch.randn(1, 2, 5, 8), torch.randn(1, 2, 7, 8), torch.randn(1, 2, 7, 8), torch.randn(5, 7)),
         lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),

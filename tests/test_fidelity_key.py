@@ -271,6 +271,20 @@ def test_index_ops_on_the_fast_path_keep_the_fallback_key():
     assert ("aten::index_copy_", _C._kernel_key("aten::index_copy_", x, 0, i, v)) in seen
 
 
+def test_out_variant_on_the_fast_path_keys_its_out_argument_as_the_fallback_does():
+    """arange.start_out's out= placeholder is keyed by shape and dtype as an output: empty,
+    it is not an empty input (the kernel still runs and is counted)."""
+    seen = []
+    listener = add_signature_listener(lambda name, key, _: seen.append((name, key)))
+    try:
+        got = torch.arange(2, 11, 3, device="neuron")
+    finally:
+        remove_signature_listener(listener)
+    placeholder = torch.empty(0, dtype=torch.int64, device="neuron")
+    assert ("aten::arange.start_out", _C._kernel_key("aten::arange.start_out", 2, 11, 3, out=placeholder)) in seen
+    assert torch.equal(got.cpu(), torch.arange(2, 11, 3))
+
+
 def test_compilation_cache_counters_use_the_real_names(fresh_process):
     """§1 "Caches in front of the disk": in-memory hits, persistent hits and
     compilations are counted separately (names of _get_compilation_cache_stats)."""

@@ -8,14 +8,75 @@
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
 #include "runtime/Generators.h"
+#include "runtime/GraphInputs.h"
 #include "runtime/HostPool.h"
 
+#include <torch/csrc/Device.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 
 namespace torch_neuronx {
 namespace {
+
+py::object wrap(at::Tensor t) {
+  PyObject* obj = THPVariable_Wrap(std::move(t));
+  if (obj == nullptr) {
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(obj);
+}
+
+// Compiled graphs (compile/aliased_execution.py): one GraphInputs per graph,
+// one GraphCall per run; lists are converted here in one pass.
+void bind_graph_inputs(py::module& m) {
+  py::class_<GraphCall, std::shared_ptr<GraphCall>>(m, "_GraphCall")
+      .def("results", [](GraphCall& call, const py::sequence& outs) {
+        const size_t n = std::min(static_cast<size_t>(py::len(outs)), call.outputs());
+        py::list results(n);
+        for (size_t i = 0; i < n; ++i) {
+          py::object out = outs[i];
+          results[i] = THPVariable_Check(out.ptr())
+              ? wrap(call.result(i, THPVariable_Unpack(out.ptr())))
+              : out;
+        }
+        return results;
+      }, "The graph's outputs on the devices it promised (GraphInputs.h)");
+  py::class_<GraphInputs, std::shared_ptr<GraphInputs>>(m, "_GraphInputs")
+      .def(py::init([](const py::sequence& devices) {
+        std::vector<std::optional<c10::Device>> parsed;
+        for (const auto& d : devices) {
+          if (d.is_none()) {
+            parsed.emplace_back(std::nullopt);
+          } else {
+            TORCH_CHECK(THPDevice_Check(d.ptr()), "_GraphInputs: devices must be torch.device or None");
+            parsed.emplace_back(reinterpret_cast<THPDevice*>(d.ptr())->device);
+          }
+        }
+        return std::make_shared<GraphInputs>(std::move(parsed));
+      }), "Per compiled graph: `devices` of its outputs (None for non-tensors)")
+      .def("alias", [](GraphInputs& self, const py::list& args) {
+        const size_t n = args.size();
+        std::vector<at::Tensor> tensors(n);
+        for (size_t i = 0; i < n; ++i) {
+          if (THPVariable_Check(args[i].ptr())) {
+            tensors[i] = THPVariable_Unpack(args[i].ptr());
+          }
+        }
+        auto call = self.new_call();
+        const auto aliases = self.alias(tensors, *call);
+        py::list cpu_args(n);
+        for (size_t i = 0; i < n; ++i) {
+          cpu_args[i] = tensors[i].defined() ? wrap(aliases[i]) : py::object(args[i]);
+        }
+        return py::make_tuple(std::move(cpu_args), std::move(call));
+      }, "(CPU arguments, the call holding the neuron ones) for one run");
+  m.def("_graph_input_aliases", [](bool reset) {
+    const auto [built, reused] = graph_input_alias_counts(reset);
+    return py::dict(py::arg("built") = built, py::arg("reused") = reused);
+  }, py::arg("reset") = false, "Input aliases compiled graphs built and reused (then reset if asked)");
+}
 
 void bind_runtime(py::module& m) {
   m.def("_configure_devices", &configure_devices,
@@ -36,6 +97,7 @@ void bind_runtime(py::module& m) {
   m.def("_adopt_cpu_tensor",
         [](const at::Tensor& t, int index) { return adopt_cpu_tensor(t, index); },
         "Take ownership of a CPU tensor's memory as neuron memory (zero-copy)");
+  bind_graph_inputs(m);
   m.def("_default_generator", [](int index) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(index)));

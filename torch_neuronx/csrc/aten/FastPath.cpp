@@ -38,7 +38,8 @@ std::vector<std::string> fast_path_ops() {
 
 // Chosen from the kernels of a tiny Llama's training step and of greedy
 // generation (torch_neuronx.metrics()["kernels"]["per_op"]), plus their
-// common siblings. Each one has a CPU kernel and no random draws.
+// common siblings. Each one has a CPU kernel and no random draws; an out=
+// variant is listed only where it is the op's kernel (arange).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // pointwise
   register_fast<at::_ops::add_Tensor>(m);
@@ -113,6 +114,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_fast<at::_ops::index_Tensor>(m);
   register_fast<at::_ops::index_put_>(m);
   register_fast<at::_ops::le_Tensor>(m);
+  register_fast<at::_ops::arange_start_out>(m); // torch.arange: allocate, then fill out=
   register_fast<at::_ops::cumsum>(m);
   register_fast<at::_ops::all>(m);
   register_fast<at::_ops::any>(m);

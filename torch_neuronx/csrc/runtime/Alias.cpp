@@ -12,24 +12,14 @@
 
 namespace torch_neuronx {
 
-at::Tensor cpu_alias(const at::Tensor& t) {
-  if (!is_neuron(t)) {
-    return t;
-  }
-  const c10::Storage& storage = t.storage();
-  // The alias owns a reference to the neuron storage, so the memory outlives
-  // the alias even if the neuron tensor is freed first. The reference is
-  // the DataPtr context itself (no extra heap object per alias).
-  c10::StorageImpl* owner = storage.unsafeGetStorageImpl();
-  c10::raw::intrusive_ptr::incref(owner);
-  c10::DataPtr data(
-      storage.mutable_data(), owner,
-      [](void* ctx) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx)); },
-      c10::Device(c10::DeviceType::CPU));
+namespace {
+
+// A CPU tensor with `t`'s layout over `data` (which points at `t`'s bytes).
+at::Tensor cpu_view(const at::Tensor& t, c10::DataPtr data) {
   // Resizable with the CPU allocator: a kernel that grows an out= argument
   // gets fresh CPU memory, which the fallback notices and copies back.
   auto impl = c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), storage.nbytes(), std::move(data),
+      c10::StorageImpl::use_byte_size_t(), t.storage().nbytes(), std::move(data),
       c10::GetCPUAllocator(), /*resizable=*/true);
   auto alias = at::detail::make_tensor<c10::TensorImpl>(
       c10::Storage(std::move(impl)), c10::DispatchKeySet(c10::DispatchKey::CPU),
@@ -43,6 +33,29 @@ at::Tensor cpu_alias(const at::Tensor& t) {
     alias._set_neg(true);
   }
   return alias;
+}
+
+} // namespace
+
+at::Tensor cpu_alias(const at::Tensor& t) {
+  if (!is_neuron(t)) {
+    return t;
+  }
+  const c10::Storage& storage = t.storage();
+  // The alias owns a reference to the neuron storage, so the memory outlives
+  // the alias even if the neuron tensor is freed first. The reference is
+  // the DataPtr context itself (no extra heap object per alias).
+  c10::StorageImpl* owner = storage.unsafeGetStorageImpl();
+  c10::raw::intrusive_ptr::incref(owner);
+  return cpu_view(t, c10::DataPtr(
+      storage.mutable_data(), owner,
+      [](void* ctx) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx)); },
+      c10::Device(c10::DeviceType::CPU)));
+}
+
+at::Tensor unowned_cpu_alias(const at::Tensor& t) {
+  TORCH_INTERNAL_ASSERT(is_neuron(t), "unowned_cpu_alias: not a neuron tensor");
+  return cpu_view(t, c10::DataPtr(t.storage().mutable_data(), c10::Device(c10::DeviceType::CPU)));
 }
 
 at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index) {

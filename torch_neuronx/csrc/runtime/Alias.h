@@ -8,6 +8,9 @@ namespace torch_neuronx {
 // A CPU tensor over the same bytes as the neuron tensor `t`; keeps `t`'s
 // storage alive. Used by the fallback, the process group and compiled graphs.
 at::Tensor cpu_alias(const at::Tensor& t);
+// The same view without the reference: valid only while the caller keeps
+// `t`'s storage alive and its memory in place (compiled graphs, GraphInputs.h).
+at::Tensor unowned_cpu_alias(const at::Tensor& t);
 // The inverse: a neuron tensor taking ownership of a CPU tensor's storage.
 at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index);
 

@@ -9,8 +9,9 @@
 // generated from each op's C++ signature (`at::_ops::<op>::schema`): neuron
 // arguments are aliased without copying the caller's tensors, the CPU kernel
 // is called unboxed, and written arguments and results go through the same
-// CallState as in the fallback, so behaviour is identical. Random ops and
-// out= variants stay on the fallback. The list of ops is the route table
+// CallState as in the fallback, so behaviour is identical, and each call gets
+// the fallback's kernel key (an out= argument keyed as an output, KernelKey.h).
+// Random ops stay on the fallback. The list of ops is the route table
 // aten/FastPath.cpp.
 #pragma once
 #include "aten/native/Call.h"
@@ -32,47 +33,47 @@ const c10::DispatchKeySet kCpuKeys(c10::DispatchKey::CPU);
 
 // ---- the kernel key, argument by argument (as the boxed path: KernelKey.h) -
 
-inline void key_arg(KeyBuilder& key, const at::Tensor& t, bool) {
-  key.tensor(t);
+inline void key_arg(KeyBuilder& key, const at::Tensor& t, bool, bool is_out) {
+  key.tensor(t, is_out);
 }
 
-inline void key_arg(KeyBuilder& key, const std::optional<at::Tensor>& t, bool) {
+inline void key_arg(KeyBuilder& key, const std::optional<at::Tensor>& t, bool, bool is_out) {
   if (t.has_value()) {
-    key.tensor(*t); // boxing would copy the tensor
+    key.tensor(*t, is_out); // boxing would copy the tensor
   } else {
     key.none();
   }
 }
 
-inline void key_arg(KeyBuilder& key, at::TensorList list, bool) {
+inline void key_arg(KeyBuilder& key, at::TensorList list, bool, bool is_out) {
   for (const auto& t : list) {
-    key.tensor(t);
+    key.tensor(t, is_out);
   }
 }
 
-inline void key_arg(KeyBuilder& key, const at::ITensorListRef& list, bool) {
+inline void key_arg(KeyBuilder& key, const at::ITensorListRef& list, bool, bool is_out) {
   for (const auto& t : list) {
-    key.tensor(t);
+    key.tensor(t, is_out);
   }
 }
 
-inline void key_arg(KeyBuilder& key, at::IntArrayRef values, bool is_static) {
+inline void key_arg(KeyBuilder& key, at::IntArrayRef values, bool is_static, bool) {
   for (auto v : values) {
     key.integer(v, is_static);
   }
 }
 
-inline void key_arg(KeyBuilder& key, at::OptionalIntArrayRef values, bool is_static) {
+inline void key_arg(KeyBuilder& key, at::OptionalIntArrayRef values, bool is_static, bool is_out) {
   if (values.has_value()) {
-    key_arg(key, *values, is_static);
+    key_arg(key, *values, is_static, is_out);
   } else {
     key.none();
   }
 }
 
 template <class T>
-void key_arg(KeyBuilder& key, const T& value, bool is_static) {
-  key.value(c10::IValue(value), is_static);
+void key_arg(KeyBuilder& key, const T& value, bool is_static, bool is_out) {
+  key.value(c10::IValue(value), is_static, is_out);
 }
 
 // ---- one call: argument slots and result mapping ---------------------------
@@ -268,12 +269,14 @@ struct FastKernel<Op, Ret(Args...)> {
     std::tuple<Args...> mapped{call.map(args)...};
     call.state.check_devices(handle().operator_name());
     if (accounting_enabled()) {
-      static_assert(N <= 64, "static-argument masks cover 64 arguments");
-      // The fast path registers no out= variants: every tensor is an input.
-      const uint64_t is_static = argument_masks(handle().schema()).is_static;
+      static_assert(N <= 64, "argument masks cover 64 arguments");
+      const ArgumentMasks masks = argument_masks(handle().schema());
       KeyBuilder key;
       size_t i = 0;
-      (key_arg(key, args, ((is_static >> i++) & 1) != 0), ...);
+      // Left to right (a fold over the comma operator), as the boxed key.
+      ((key_arg(key, args, ((masks.is_static >> i) & 1) != 0, ((masks.is_out >> i) & 1) != 0),
+        ++i),
+       ...);
       account_call(handle(), key, [&] { return c10::impl::boxArgs<Args...>(args...); });
     }
     auto run = [](auto&... a) -> Ret {
