@@ -73,7 +73,14 @@ def fake_report(tmp_path_factory):
              "devices": {d: {"status": r.status, "seconds": r.seconds, "records": r.records} for d, r in runs.items()}}
     report = {"date": "today", "host": "this host", "sources": {}, "shims": [], "tests": {}}
     report.update(table.compare([entry]))
+    report["_runs"] = (root, target, runs)
     return report
+
+
+def test_resume_reuses_a_finished_run_without_running(fake_report):
+    root, target, runs = fake_report["_runs"]
+    again = run_target(target, "neuron", root, root / "runs", timeout=0.001, test_timeout=1, resume=True)
+    assert (again.status, again.seconds, again.records) == ("timeout", runs["neuron"].seconds, runs["neuron"].records)
 
 
 def test_counts_per_device(fake_report):

@@ -57,7 +57,7 @@ def replace_docs_block(docs: Path, markdown: str) -> None:
 
 
 def run(targets: list[selection.Target], snapshots: dict, work: Path, timeout: float, test_timeout: float,
-        threads: int | None) -> dict:
+        threads: int | None, resume: bool = False) -> dict:
     """Obtain, shim and run every target on every device; returns the report."""
     report = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "host": _host(), "sources": {}, "shims": [], "tests": {}}
@@ -70,7 +70,7 @@ def run(targets: list[selection.Target], snapshots: dict, work: Path, timeout: f
         if name not in sources.LIBRARIES:
             raise SystemExit(f"unknown library {name!r}; expected one of {', '.join(sources.LIBRARIES)}")
         suite = work / "suites" / name
-        shutil.rmtree(suite, ignore_errors=True)
+        shutil.rmtree(suite, ignore_errors=True)  # laid anew each time: the shims apply to fresh files
         suite.mkdir(parents=True)
         report["sources"][name] = sources.obtain(sources.LIBRARIES[name], sorted({t.path for t in lib_targets}),
                                                  suite, work / "sdists", snapshots.get(name))
@@ -81,7 +81,7 @@ def run(targets: list[selection.Target], snapshots: dict, work: Path, timeout: f
             for device in DEVICES:
                 print(f"[upstream] {name} {target.label} on {device} ...", flush=True)
                 done = run_target(target, device, suite, work / "runs", timeout, test_timeout,
-                                  work / "deps", threads)
+                                  work / "deps", threads, resume)
                 entry["devices"][device] = {"status": done.status, "seconds": done.seconds,
                                             "records": done.records}
                 print(f"[upstream]   {done.status}, {len(table.final_outcomes(done.records))} tests, "
@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per file and device (default 1200)")
     parser.add_argument("--test-timeout", type=float, default=300, help="seconds per test (default 300)")
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of the children")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse the finished runs of an earlier invocation in the same work directory")
     parser.add_argument("--docs", type=Path, help="markdown file whose upstream-suites block is replaced")
     parser.add_argument("--render", type=Path, nargs="+", metavar="REPORT_JSON",
                         help="only render saved reports (several are merged in the order given)")
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         args.work_dir.mkdir(parents=True, exist_ok=True)
         try:
             report = run(targets, _snapshots(args.snapshot), args.work_dir, args.timeout, args.test_timeout,
-                         args.threads)
+                         args.threads, args.resume)
         except (sources.SourceError, shims.ShimError) as exc:
             raise SystemExit(f"upstream suites: {exc}") from None
         (args.work_dir / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")

@@ -49,6 +49,8 @@ def device_env(device: str, deps: Path | None = None, threads: int | None = None
         raise ValueError(f"unknown device {device!r}; expected one of {', '.join(DEVICES)}")
     env = dict(os.environ)
     env.pop("TRANSFORMERS_TEST_DEVICE_SPEC", None)
+    # The libraries' launchers (`accelerate launch`, `torchrun`) are found on PATH, beside this interpreter.
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1",
                TRANSFORMERS_TEST_DEVICE=device,
                PYTHONPATH=os.pathsep.join(p for p in (str(REPO), str(deps or ""), env.get("PYTHONPATH", "")) if p))
@@ -62,10 +64,23 @@ def device_env(device: str, deps: Path | None = None, threads: int | None = None
     return env
 
 
+def _load(outcomes: Path) -> list[dict]:
+    if not outcomes.exists():
+        return []
+    return [json.loads(line) for line in outcomes.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 def run_target(target: Target, device: str, suite_root: Path, out_dir: Path, timeout: float,
-               test_timeout: float, deps: Path | None = None, threads: int | None = None) -> FileRun:
+               test_timeout: float, deps: Path | None = None, threads: int | None = None,
+               resume: bool = False) -> FileRun:
+    """Run ``target`` on ``device``; with ``resume``, a finished earlier run of it is reused."""
     out_dir.mkdir(parents=True, exist_ok=True)
     outcomes = out_dir / f"{target.slug}.{device}.jsonl"
+    finished = out_dir / f"{target.slug}.{device}.status.json"
+    if resume and finished.exists():
+        done = json.loads(finished.read_text(encoding="utf-8"))
+        return FileRun(target, device, done["status"], done["seconds"], _load(outcomes))
+    finished.unlink(missing_ok=True)
     outcomes.unlink(missing_ok=True)
     pytest_args = [target.path, "-q", "-p", "no:cacheprovider", "-o", "addopts=", f"--timeout={test_timeout:g}"]
     if target.keyword:
@@ -84,7 +99,6 @@ def run_target(target: Target, device: str, suite_root: Path, out_dir: Path, tim
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
             status = "timeout"
-    records = []
-    if outcomes.exists():
-        records = [json.loads(line) for line in outcomes.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return FileRun(target, device, status, round(time.monotonic() - start, 1), records)
+    seconds = round(time.monotonic() - start, 1)
+    finished.write_text(json.dumps({"status": status, "seconds": seconds}), encoding="utf-8")
+    return FileRun(target, device, status, seconds, _load(outcomes))
