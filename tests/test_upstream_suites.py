@@ -50,7 +50,7 @@ def test_neuron_visible_only_on_neuron():
 
 
 def test_broken_everywhere():
-    raise ValueError("broken on every device")
+    raise ValueError("wrapped error raised:\nValueError: the cause")
 
 
 def test_hangs_on_neuron():
@@ -75,6 +75,13 @@ def fake_report(tmp_path_factory):
     report.update(table.compare([entry]))
     report["_runs"] = (root, target, runs)
     return report
+
+
+def test_a_message_ending_in_a_colon_keeps_its_next_line(fake_report):
+    _, _, runs = fake_report["_runs"]
+    outcomes = table.final_outcomes(runs["cpu"].records)
+    assert outcomes["tests/test_fake.py::test_broken_everywhere"] == (
+        "failed", "ValueError: wrapped error raised: ValueError: the cause")
 
 
 def test_resume_reuses_a_finished_run_without_running(fake_report):
@@ -150,8 +157,8 @@ def test_shims_apply_carry_and_refuse_when_stale(tmp_path):
 
 
 def test_every_listed_shim_says_why():
-    assert all(s.why.strip() for s in shims.SHIMS)
-    assert {s.library for s in shims.SHIMS} <= set(sources.LIBRARIES)
+    assert all(s.why.strip() for s in shims.SHIMS + shims.EVIDENCE)
+    assert {s.library for s in shims.SHIMS + shims.EVIDENCE} <= set(sources.LIBRARIES)
 
 
 def _git(repo: Path, *args: str) -> None:

@@ -57,7 +57,7 @@ def replace_docs_block(docs: Path, markdown: str) -> None:
 
 
 def run(targets: list[selection.Target], snapshots: dict, work: Path, timeout: float, test_timeout: float,
-        threads: int | None, resume: bool = False) -> dict:
+        threads: int | None, resume: bool = False, evidence: bool = False) -> dict:
     """Obtain, shim and run every target on every device; returns the report."""
     report = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "host": _host(), "sources": {}, "shims": [], "tests": {}}
@@ -74,7 +74,8 @@ def run(targets: list[selection.Target], snapshots: dict, work: Path, timeout: f
         suite.mkdir(parents=True)
         report["sources"][name] = sources.obtain(sources.LIBRARIES[name], sorted({t.path for t in lib_targets}),
                                                  suite, work / "sdists", snapshots.get(name))
-        report["shims"] += [dataclasses.asdict(s) for s in shims.apply(name, suite)]
+        listed = shims.SHIMS + (shims.EVIDENCE if evidence else ())
+        report["shims"] += [dataclasses.asdict(s) for s in shims.apply(name, suite, listed)]
         prepare_suite_dir(suite)
         for target in lib_targets:
             entry = {"library": name, "target": target.label, "devices": {}}
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="OMP_NUM_THREADS of the children")
     parser.add_argument("--resume", action="store_true",
                         help="reuse the finished runs of an earlier invocation in the same work directory")
+    parser.add_argument("--evidence", action="store_true",
+                        help="also apply the evidence shims (benchmarks/upstream/shims.py: EVIDENCE)")
     parser.add_argument("--docs", type=Path, help="markdown file whose upstream-suites block is replaced")
     parser.add_argument("--render", type=Path, nargs="+", metavar="REPORT_JSON",
                         help="only render saved reports (several are merged in the order given)")
@@ -127,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         args.work_dir.mkdir(parents=True, exist_ok=True)
         try:
             report = run(targets, _snapshots(args.snapshot), args.work_dir, args.timeout, args.test_timeout,
-                         args.threads, args.resume)
+                         args.threads, args.resume, args.evidence)
         except (sources.SourceError, shims.ShimError) as exc:
             raise SystemExit(f"upstream suites: {exc}") from None
         (args.work_dir / "report.json").write_text(json.dumps(report, indent=1), encoding="utf-8")

@@ -26,6 +26,8 @@ def _message(report) -> str:
         crash = getattr(longrepr, "reprcrash", None)
         text = crash.message if crash is not None else str(longrepr)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):  # "BackendCompilerFailed: backend='inductor' raised:"
+        return f"{lines[0]} {lines[1]}"
     return lines[0] if lines else ""
 
 
