@@ -50,7 +50,7 @@ def test_neuron_visible_only_on_neuron():
 
 
 def test_broken_everywhere():
-    raise ValueError("wrapped error raised:\nValueError: the cause")
+    raise ValueError("wrapped error raised:\\nValueError: the cause")
 
 
 def test_hangs_on_neuron():
@@ -103,7 +103,8 @@ def test_cpu_pass_neuron_fail_with_first_error_line(fake_report):
     assert set(lost) == {"test_assumes_cpu", "test_hangs_on_neuron"}
     assert lost["test_assumes_cpu"]["neuron"] == "failed"
     assert lost["test_assumes_cpu"]["error"] == "AssertionError: tensor is on neuron"
-    assert lost["test_hangs_on_neuron"] == {"library": "fake", "test": "tests/test_fake.py::test_hangs_on_neuron",
+    assert lost["test_hangs_on_neuron"] == {"library": "fake", "target": "tests/test_fake.py",
+                                            "test": "tests/test_fake.py::test_hangs_on_neuron",
                                             "neuron": "not run", "error": "not run: the file's run timeout"}
     assert fake_report["rows"][0]["cpu_pass_neuron_fail"] == 2
     assert [e["test"].split("::")[-1] for e in fake_report["skipped_on_cpu_passed_on_neuron"]] == [
@@ -119,9 +120,14 @@ def test_markdown_table(fake_report):
 
 
 def test_merge_and_docs_block(fake_report, tmp_path):
-    merged = table.merge([fake_report, fake_report])
+    renamed = json.loads(json.dumps({k: v for k, v in fake_report.items() if k != "_runs"}).replace(
+        '"fake"', '"other"'))
+    merged = table.merge([fake_report, renamed])
     assert merged["totals"]["cpu"] == {"passed": 8, "failed": 2, "skipped": 2}
     assert len(merged["cpu_pass_neuron_fail"]) == 4
+    # The same file run again in a later report replaces the earlier row.
+    assert table.merge([fake_report, renamed, fake_report])["rows"] == merged["rows"][1:] + merged["rows"][:1]
+    assert len(table.merge([fake_report, fake_report])["cpu_pass_neuron_fail"]) == 2
     docs = tmp_path / "doc.md"
     docs.write_text(f"intro\n{cli.BEGIN}\nold table\n{cli.END}\noutro\n")
     cli.replace_docs_block(docs, "new table\n")

@@ -42,10 +42,10 @@ def compare(runs: list[dict]) -> dict:
             neuron_kind, message = neuron_out.get(nodeid, ("not run", f"not run: the file's run {neuron['status']}"))
             if neuron_kind != "passed":
                 lost += 1
-                regressions.append({"library": entry["library"], "test": nodeid, "neuron": neuron_kind,
-                                    "error": message})
+                regressions.append({"library": entry["library"], "target": entry["target"], "test": nodeid,
+                                    "neuron": neuron_kind, "error": message})
         row["cpu_pass_neuron_fail"] = lost
-        accelerator_only += [{"library": entry["library"], "test": nodeid}
+        accelerator_only += [{"library": entry["library"], "target": entry["target"], "test": nodeid}
                              for nodeid, (kind, _) in sorted(neuron_out.items())
                              if kind == "passed" and cpu_out.get(nodeid, ("",))[0] == "skipped"]
         rows.append(row)
@@ -58,7 +58,8 @@ def _totals(rows: list[dict]) -> dict:
 
 
 def merge(reports: list[dict]) -> dict:
-    """One report from several runs (e.g. libraries run at different times), in the order given."""
+    """One report from several runs (e.g. libraries run at different times), in the order given;
+    a file run again in a later report replaces its earlier row and lists."""
     merged = {"date": ", ".join(dict.fromkeys(r["date"] for r in reports)), "host": reports[0]["host"],
               "sources": {}, "shims": [], "tests": {}, "rows": [], "cpu_pass_neuron_fail": [],
               "skipped_on_cpu_passed_on_neuron": []}
@@ -66,8 +67,9 @@ def merge(reports: list[dict]) -> dict:
         merged["sources"].update(report["sources"])
         merged["shims"] += [s for s in report["shims"] if s not in merged["shims"]]
         merged["tests"].update(report["tests"])
+        again = {(row["library"], row["target"]) for row in report["rows"]}
         for key in ("rows", "cpu_pass_neuron_fail", "skipped_on_cpu_passed_on_neuron"):
-            merged[key] += report[key]
+            merged[key] = [e for e in merged[key] if (e["library"], e["target"]) not in again] + report[key]
     merged["totals"] = _totals(merged["rows"])
     return merged
 
