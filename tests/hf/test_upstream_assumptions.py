@@ -1,7 +1,8 @@
-"""Evidence for the upstream tests that pass on cpu and fail on neuron because of the tests' assumptions.
+"""Evidence for the upstream tests that pass on cpu and fail on neuron (docs/huggingface.md lists each).
 
-docs/huggingface.md lists each case; here the device side is pinned: what those
-tests compute on neuron is bit-identical to what they compute on cpu.
+Where it is the test's assumption, the device side is pinned: what the test
+computes on neuron is bit-identical to cpu. Where it is a library bug, a strict
+xfail pins it, so the day the library changes this file says so.
 """
 from __future__ import annotations
 
@@ -35,3 +36,44 @@ def test_fp16_eager_and_sdpa_are_bit_identical_to_cpu(padding_side, use_mask):
             cpu = model(ids, **kwargs).last_hidden_state
             neuron = model.to("neuron")(ids.to("neuron"), **{k: v.to("neuron") for k, v in kwargs.items()})
         assert torch.equal(neuron.last_hidden_state.cpu(), cpu), attn
+
+
+def _adalora_ranknum(device: str) -> torch.nn.Parameter:
+    from peft import AdaLoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.Linear(20, 2)).to(device)
+    model = get_peft_model(base, AdaLoraConfig(target_modules=["0"], total_step=10))
+    return model.base_model.model[0].ranknum["default"]
+
+
+@pytest.mark.xfail(strict=True, reason="PEFT bug: moving adapter parameters to the base layer's device "
+                   "re-wraps frozen ParameterDict entries as trainable (any device but the one they were "
+                   "made on; docs/huggingface.md)")
+def test_peft_adalora_ranknum_stays_frozen_on_neuron():
+    """test_only_params_are_updated[* AdaLoRA *] fails on neuron because AdaLoRA's ``ranknum`` trains."""
+    assert _adalora_ranknum("cpu").requires_grad is False  # made on the base layer's device: frozen
+    assert _adalora_ranknum("neuron").requires_grad is False
+
+
+def test_parameterdict_assignment_unfreezes_on_any_other_device():
+    """The mechanism, with no neuron involved: ``ParameterDict[k] = p.to(other_device)`` wraps the
+    moved tensor in a new Parameter, whose ``requires_grad`` defaults to True."""
+    for device, expected in (("cpu", False), ("meta", True)):
+        params = torch.nn.ParameterDict({"a": torch.nn.Parameter(torch.ones(1), requires_grad=False)})
+        params["a"] = params["a"].to(device)
+        assert params["a"].requires_grad is expected
+
+
+def test_safetensors_cannot_load_straight_to_neuron(tmp_path):
+    """test_load_model_low_cpu_mem_usage[* GLoRA *]: PEFT loads the adapter with
+    ``safetensors.torch.load_file(path, device="neuron")``; safetensors' device parser knows cuda,
+    mps, npu, xpu, xla, mlu, musa, hpu but not PrivateUse1 devices. Loading on cpu and moving works."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file, save_file
+
+    path = tmp_path / "w.safetensors"
+    save_file({"w": torch.arange(4.0)}, path)
+    with pytest.raises(SafetensorError, match="device neuron is invalid"):
+        load_file(path, device="neuron")
+    assert torch.equal(load_file(path)["w"].to("neuron").cpu(), torch.arange(4.0))
