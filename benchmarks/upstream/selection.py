@@ -30,6 +30,7 @@ DEFAULT = (
     Target("peft", "tests/test_custom_models.py",
            "MLP and LoRA and (test_forward_output_finite or test_forward_float16 or test_safe_merge or "
            "test_only_params_are_updated or test_save_load_roundtrip or test_peft_model_device_map)"),
+    Target("peft", "tests/test_custom_models.py", "MLP and LoRA and test_load_model_low_cpu_mem_usage"),
     Target("trl", "tests/test_activation_offloading.py"),
     Target("trl", "tests/test_model_utils.py"),
     Target("trl", "tests/test_callbacks.py"),

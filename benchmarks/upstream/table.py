@@ -69,7 +69,7 @@ def merge(reports: list[dict]) -> dict:
         merged["tests"].update(report["tests"])
         again = {(row["library"], row["target"]) for row in report["rows"]}
         for key in ("rows", "cpu_pass_neuron_fail", "skipped_on_cpu_passed_on_neuron"):
-            merged[key] = [e for e in merged[key] if (e["library"], e["target"]) not in again] + report[key]
+            merged[key] = [e for e in merged[key] if (e["library"], e.get("target")) not in again] + report[key]
     merged["totals"] = _totals(merged["rows"])
     return merged
 
