@@ -6,14 +6,16 @@ with Inductor's CPU code generation over zero-copy CPU aliases of device memory.
 Only the light modules are imported here so that ``import torch`` stays fast;
 Dynamo loads :mod:`.backend` through the ``torch_dynamo_backends`` entry point.
 """
-from . import cache, inductor_device, kernel_lowering
+from . import cache, flex_attention, inductor_device, kernel_lowering
 from .metrics import get_dynamo_metrics, reset_dynamo_metrics  # noqa: F401
 
 
 def install(device_module) -> None:
     """Point Inductor's caches at ours and add the compile entries of ``torch.neuron``:
-    the metrics (as in the real product) and Inductor's device hooks (a clear refusal)."""
+    the metrics (as in the real product) and Inductor's device hooks (a clear refusal);
+    FlexAttention on neuron is refused with what to use instead (:mod:`.flex_attention`)."""
     cache.install()
+    flex_attention.install()
     kernel_lowering.install()
     device_module.get_dynamo_metrics = get_dynamo_metrics
     device_module.reset_dynamo_metrics = reset_dynamo_metrics
