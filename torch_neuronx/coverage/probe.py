@@ -147,8 +147,10 @@ def probe(model_type: str, device: str, on_phase=lambda phase: None, lower: bool
     except Exception as exc:
         result.update(status="build_failed", error=first_line(exc, limit=300))
         return result
-    vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None \
-        else model.config.vocab_size
+    head = model.get_output_embeddings()
+    # MusicGen has one head per codebook (a ModuleList without a weight): the config's vocabulary.
+    weight = getattr(head, "weight", None)
+    vocab = weight.shape[0] if isinstance(weight, torch.Tensor) else model.config.vocab_size
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(3, max(vocab, 4), (2, 8), generator=generator)
     on_phase("cpu")
