@@ -115,6 +115,11 @@ def _lower(gm: torch.fx.GraphModule, record: NeuronCompilationMetrics) -> stable
     if not get_flag("TORCHNEURON_LOWER_GRAPHS"):
         record.lowering = "not checked (TORCHNEURON_LOWER_GRAPHS=0)"
         return None
+    custom_calls = stablehlo.custom_calls_in(gm)
+    if custom_calls:
+        record.lowering = (f"not checked (custom calls {', '.join(custom_calls)}: the real product "
+                           "compiles NKI kernels with the graph; torch-mlir has no route for them)")
+        return None
     try:
         return stablehlo.lower_fx_graph(gm)  # function "main": the key must not depend on the AOT counter
     except stablehlo.LoweringError as exc:

@@ -129,6 +129,9 @@ def lower_kernel(op: str, args: tuple, kwargs: dict | None = None) -> LoweringRe
     start = time.perf_counter()
     if not stablehlo.available():
         return LoweringResult(op, None, reason=NOT_CHECKED)
+    if stablehlo.is_custom_call(op):
+        return LoweringResult(op, None, reason="a custom call (NKI kernel): compiled by the real product "
+                                               "without StableHLO")
     try:
         overload = resolve_op(op)
     except ValueError as exc:

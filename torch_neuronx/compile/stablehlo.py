@@ -36,6 +36,27 @@ NOT_INSTALLED = (
 _warned_missing = False
 
 
+# Custom ops the real product hands to its compiler as custom calls instead of lowering them
+# (NKI kernels: "under torch.compile the kernel becomes one graph node and is compiled with the
+# surrounding ops", research/torchneuron-api.md, NKI). torch-mlir has no route for them here.
+_CUSTOM_CALLS: set[str] = set()
+
+
+def register_custom_call(op_name: str) -> None:
+    """Declare ``op_name`` (``"namespace::name"``) a custom call: not lowered, not a failure."""
+    _CUSTOM_CALLS.add(op_name)
+
+
+def is_custom_call(op_name: str) -> bool:
+    return op_name.split(".", 1)[0] in _CUSTOM_CALLS
+
+
+def custom_calls_in(gm: torch.fx.GraphModule) -> list[str]:
+    """The custom-call ops ``gm`` calls, sorted."""
+    found = {getattr(n.target, "_schema", None) for n in gm.graph.nodes if n.op == "call_function"}
+    return sorted(schema.name for schema in found if schema is not None and schema.name in _CUSTOM_CALLS)
+
+
 class LoweringError(RuntimeError):
     """torch-mlir could not lower a graph to StableHLO; ``diagnostics`` holds its messages.
 
