@@ -403,3 +403,27 @@ def test_recorder_tells_new_shapes_from_new_static_values():
     ops = {(r.op, r.static_arguments) for r in recorder.recompiles}
     assert ops == {("aten::add.Tensor", ()), ("aten::add.Tensor", ("alpha",))}
     assert recorder.recompiles[-1].values == ("3",)
+
+
+@pytest.mark.parametrize("call", [
+    pytest.param(lambda x: x.add_(1.5), id="fast-path"),
+    pytest.param(lambda x: x.cumsum_(0), id="fallback"),
+])
+def test_an_interrupt_in_a_listener_reaches_the_user_and_the_op_does_not_run(call):
+    """Ctrl-C (or the pilot's SIGTERM) can land while a listener runs; it must stop the
+    program, not be swallowed as a listener failure (a pilot once exited 0 after SIGTERM)."""
+    x = torch.randn(7, 13, 3, device="neuron")  # a shape no other test uses: a new signature
+    before = x.cpu()
+
+    def interrupt(name, key, args):
+        raise KeyboardInterrupt
+
+    listener = add_signature_listener(interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            call(x)
+    finally:
+        remove_signature_listener(listener)
+    assert torch.equal(x.cpu(), before)
+    call(x)  # the signature was recorded; the op runs once the interrupt is handled
+    assert torch.allclose(x.cpu(), call(before.clone()))

@@ -204,6 +204,20 @@ def test_lowering_switched_off_compiles_unchecked(monkeypatch):
     assert record["stablehlo_op_count"] is None and re.fullmatch(r"[0-9a-f]{64}", record["graph_id"])
 
 
+def test_graph_with_a_list_default_argument_lowers(monkeypatch):
+    """amax's schema (``int[1] dim=[]``) is not hashable; finding custom calls must not need it to
+    be (a Llama training graph failed to compile on this)."""
+    monkeypatch.setattr(stablehlo, "_CUSTOM_CALLS", {"myns::kernel"})
+    gm = make_fx(lambda x: torch.amax(x, dim=1) + 1)(torch.randn(3, 4))
+    assert any(n.target is torch.ops.aten.amax.default for n in gm.graph.nodes)
+    assert stablehlo.custom_calls_in(gm) == []
+    x = torch.randn(3, 4)
+    out = torch.compile(lambda t: torch.amax(t, dim=1) * 2, backend="neuron")(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), torch.amax(x, dim=1) * 2)
+    (record,) = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert record["lowering"] == "lowered"
+
+
 def _meta(*shape, dtype=torch.float32):
     return torch.empty(*shape, dtype=dtype, device="meta")
 

@@ -53,8 +53,13 @@ def is_custom_call(op_name: str) -> bool:
 
 def custom_calls_in(gm: torch.fx.GraphModule) -> list[str]:
     """The custom-call ops ``gm`` calls, sorted."""
-    found = {getattr(n.target, "_schema", None) for n in gm.graph.nodes if n.op == "call_function"}
-    return sorted(schema.name for schema in found if schema is not None and schema.name in _CUSTOM_CALLS)
+    # Schema names, not schemas: a FunctionSchema with a List[int] argument is not hashable.
+    names = {
+        schema.name
+        for n in gm.graph.nodes
+        if n.op == "call_function" and (schema := getattr(n.target, "_schema", None)) is not None
+    }
+    return sorted(names & _CUSTOM_CALLS)
 
 
 class LoweringError(RuntimeError):

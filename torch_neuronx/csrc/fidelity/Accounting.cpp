@@ -177,7 +177,13 @@ void notify_new_signature(
     }
     (*callback)(name, key, text, py_args);
   } catch (py::error_already_set& e) {
-    // Accounting must never break the computation it observes.
+    // An interrupt (Ctrl-C, or SIGTERM turned into one by the pilot) that lands in
+    // the callback belongs to the user: propagate it. The op has not run yet, so
+    // nothing is half-done.
+    if (e.matches(PyExc_KeyboardInterrupt) || e.matches(PyExc_SystemExit)) {
+      throw;
+    }
+    // Any other failure of accounting must never break the computation it observes.
     e.discard_as_unraisable(__func__);
   }
 }
