@@ -218,6 +218,31 @@ def test_graph_with_a_list_default_argument_lowers(monkeypatch):
     assert record["lowering"] == "lowered"
 
 
+def _mixed(x, base, src):
+    """Views of contiguous and strided tensors, ops torch-mlir decomposes (sum, full,
+    squeeze.dim, slice_scatter with an unclamped end) and ops it lowers directly."""
+    strided = x[:, :3].view(2, 2, 3)  # a view of a non-contiguous slice
+    total = x.sum() + torch.full((2, 2, 3), 2.0)
+    scattered = torch.ops.aten.slice_scatter.default(base, src, 1, 4, 2**63 - 1)
+    return (strided * total).squeeze(0).view(12), scattered.view(-1).softmax(0)
+
+
+def test_decomposing_node_by_node_gives_the_text_of_a_whole_retrace():
+    """Only the nodes torch-mlir's table names are traced (a whole-graph re-trace cost seconds
+    per graph); the StableHLO must be the one a re-trace of the whole graph gives."""
+    from torch.fx.experimental.proxy_tensor import make_fx as trace
+
+    inputs = (torch.randn(4, 6), torch.zeros(3, 8), torch.ones(3, 4))
+    gm = trace(_mixed, tracing_mode="fake")(*inputs)
+    whole = trace(torch.fx.Interpreter(gm).run, decomposition_table=stablehlo._decomposition_table(),
+                  tracing_mode="fake")(*stablehlo.fake_cpu_twins(inputs))
+    node_by_node = stablehlo.decomposed(gm)
+    targets = {n.target for n in node_by_node.graph.nodes if n.op == "call_function"}
+    assert torch.ops.aten.view.default not in targets and torch.ops.aten.sum.default not in targets
+    assert stablehlo.lower_fx_graph(gm).text == stablehlo.lower_fx_graph(whole, decompose=False).text
+    torch.testing.assert_close(node_by_node(*inputs), _mixed(*inputs))
+
+
 def _meta(*shape, dtype=torch.float32):
     return torch.empty(*shape, dtype=dtype, device="meta")
 

@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import importlib.util
 import json
+import operator
 import re
 import tempfile
 import time
@@ -23,6 +24,7 @@ from typing import Any, Sequence
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils import _pytree as pytree
 
 from ..runtime.log import get_logger
 from ..runtime.settings import get_flag, get_str
@@ -241,19 +243,74 @@ def torch_mlir_decompositions() -> dict:
     return {**get_decomposition_table(), torch.ops.aten.slice_scatter.default: _slice_scatter_in_bounds}
 
 
+def _decomposition_table() -> dict:
+    table = {**torch_mlir_decompositions(), torch.ops.aten.view.default: _view_as_reshape}
+    table.pop(torch.ops.aten._unsafe_view.default)  # it decomposes into view: keep it, torch-mlir lowers it
+    return table
+
+
+def _view_as_reshape_node(graph: torch.fx.Graph, node: torch.fx.Node, env: dict) -> torch.fx.Node:
+    """:func:`_view_as_reshape` written as nodes: a view is the most common node of a graph,
+    and tracing each one alone would cost more than the rest of the lowering."""
+    source, size = node.args
+    value = source.meta["val"]
+    operand = env[source]
+    if not value.is_contiguous():
+        operand = graph.call_function(torch.ops.aten.clone.default, (operand,),
+                                      {"memory_format": torch.contiguous_format})
+        operand.meta["val"] = value
+    reshaped = graph.call_function(torch.ops.aten._unsafe_view.default, (operand, size))
+    reshaped.meta["val"] = node.meta["val"]
+    return reshaped
+
+
+def _inline_decomposition(graph: torch.fx.Graph, node: torch.fx.Node, table: dict, env: dict) -> Any:
+    """Trace ``node``'s decomposition alone on fake CPU twins of its inputs and copy it into
+    ``graph``; returns what stands for the node's result (a node, or a tuple of them)."""
+    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
+    positions = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
+
+    def call(*tensors):
+        leaves = list(flat)
+        for i, t in zip(positions, tensors):
+            leaves[i] = t
+        args, kwargs = pytree.tree_unflatten(leaves, spec)
+        return node.target(*args, **kwargs)
+
+    sub = make_fx(call, decomposition_table=table, tracing_mode="fake")(
+        *fake_cpu_twins([flat[i].meta["val"] for i in positions])
+    )
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    val_map = {p: env[flat[i]] for p, i in zip(placeholders, positions)}
+    result = graph.graph_copy(sub.graph, val_map)
+    return tuple(result) if isinstance(result, (list, tuple)) else result
+
+
 def decomposed(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """``gm`` re-traced with torch-mlir's decomposition table, which its FX route applies before
+    """``gm`` with torch-mlir's decompositions applied, which its FX route applies before
     import (``export_and_import``); the real product likewise decomposes in AOTAutograd.
 
+    Only the nodes the table names are traced (each alone, on fake inputs); the
+    others are copied: re-tracing a whole graph cost seconds per graph, and an
+    AOTAutograd graph has few such nodes (a tiny Llama's backward: 14 of 351).
     Views become reshapes: a decomposed op (the math form of the attention
     kernel) may return other strides than the kernel the graph was traced with,
     and StableHLO has no strides anyway.
     """
-    table = {**torch_mlir_decompositions(), torch.ops.aten.view.default: _view_as_reshape}
-    table.pop(torch.ops.aten._unsafe_view.default)  # it decomposes into view: keep it, torch-mlir lowers it
-    inputs = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
-    trace = make_fx(torch.fx.Interpreter(gm).run, decomposition_table=table, tracing_mode="fake")
-    return trace(*fake_cpu_twins(inputs))
+    table = _decomposition_table()
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, Any] = {}
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.view.default:
+            env[node] = _view_as_reshape_node(graph, node, env)
+        elif node.op == "call_function" and node.target in table:
+            env[node] = _inline_decomposition(graph, node, table, env)
+        elif (node.op == "call_function" and node.target is operator.getitem
+              and isinstance(env.get(node.args[0]), tuple)):
+            env[node] = env[node.args[0]][node.args[1]]
+        else:
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    return torch.fx.GraphModule(gm, graph)
 
 
 def lower_fx_graph(gm: torch.fx.GraphModule, name: str = "main", decompose: bool = True) -> Lowered | None:
