@@ -30,7 +30,11 @@ def _worker_env(backend: Backend, scratch: Path, threads: int | None = None) -> 
     env.update({
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
-        # Cold caches in every process: the first step must include compiling.
+        # Cold caches in every process: the first step must include compiling. TMPDIR too:
+        # stock Inductor keeps its precompiled headers in <tmp>/torchinductor_<user> across
+        # processes (ours live in the configured cache), so a "cold" Inductor run reused a
+        # header an earlier process had built (~5-9 s of a cold compiled generate).
+        "TMPDIR": str(scratch),
         "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor"),
         "TORCH_NEURONX_NEFF_CACHE_DIR": str(scratch / "neff"),
         # One compile thread: no compile-worker pool competing with the measured process.
