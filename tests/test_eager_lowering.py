@@ -67,6 +67,22 @@ def test_new_signatures_are_lowered_once_and_reported_per_op(lowering, monkeypat
     assert again["ops_not_lowered"] == ["aten::erfinv"] and again["signatures"] == report["signatures"]
 
 
+def test_attention_kernels_are_custom_calls_not_fallbacks(lowering):
+    """The emulator runs SDPA with PyTorch's CPU flash-attention kernels, whose backward
+    torch-mlir cannot lower; the real product runs attention with its own kernels, so they are
+    custom calls (not checked), as inside compiled graphs, never "would fall back to CPU"."""
+    q, k, v = (torch.randn(1, 2, 8, 16, device="neuron", requires_grad=True) for _ in range(3))
+    torch_neuronx.reset_metrics()
+    torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    report = torch_neuronx.metrics()["lowering"]
+    kernels = {"aten::_scaled_dot_product_flash_attention_for_cpu",
+               "aten::_scaled_dot_product_flash_attention_for_cpu_backward"}
+    assert not kernels & set(report["ops_not_lowered"]) and not kernels & set(report["ops_lowered"])
+    assert report["signatures"] > report["signatures_lowered"] + report["signatures_not_lowered"]  # 2 unchecked
+    result = kernel_lowering.lower_kernel("aten::_scaled_dot_product_flash_attention_for_cpu_backward", ())
+    assert result.lowered is None and "custom call" in result.reason
+
+
 def test_strict_fallback_reports_would_fail(lowering, monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS", "1")
     _run_ops(torch.randn(3, device="neuron"))

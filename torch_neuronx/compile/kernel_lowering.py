@@ -130,8 +130,9 @@ def lower_kernel(op: str, args: tuple, kwargs: dict | None = None) -> LoweringRe
     if not stablehlo.available():
         return LoweringResult(op, None, reason=NOT_CHECKED)
     if stablehlo.is_custom_call(op):
-        return LoweringResult(op, None, reason="a custom call (NKI kernel): compiled by the real product "
-                                               "without StableHLO")
+        return LoweringResult(op, None, reason="a custom call (an NKI kernel, or the emulator's attention "
+                                               "kernel standing in for the real product's own): not "
+                                               "lowered through StableHLO")
     try:
         overload = resolve_op(op)
     except ValueError as exc:

@@ -50,7 +50,9 @@ def register_custom_call(op_name: str) -> None:
 
 
 def is_custom_call(op_name: str) -> bool:
-    return op_name.split(".", 1)[0] in _CUSTOM_CALLS
+    """A registered NKI kernel, or one of the emulator's attention kernels (:data:`CUSTOM_KERNELS`)."""
+    name = op_name.split(".", 1)[0]
+    return name in _CUSTOM_CALLS or name in _CUSTOM_KERNEL_NAMES
 
 
 def custom_calls_in(gm: torch.fx.GraphModule) -> list[str]:
@@ -113,10 +115,15 @@ def _is_input_write(node: torch.fx.Node) -> bool:
 
 # The emulator's attention kernels (its stand-in for the NKI flash-attention kernels, which are
 # custom calls inside a Trainium graph): cut out of the StableHLO, their results become inputs.
+# Eager, the same kernels are custom calls too: the real product runs SDPA (forward and
+# backward) with its own kernels (NKI flash attention, or its own torch-mlir lowering of
+# ``scaled_dot_product_attention``; notes §8, research/torchneuron-api.md
+# ``TORCH_NEURONX_ENABLE_NKI_SDPA``), never PyTorch's CPU flash-attention kernel.
 CUSTOM_KERNELS = frozenset({
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
 })
+_CUSTOM_KERNEL_NAMES = frozenset(kernel._schema.name for kernel in CUSTOM_KERNELS)
 
 
 def functional_form(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
