@@ -95,6 +95,21 @@ def test_static_cache_generate_row_times_each_token_and_decodes_like_cpu():
     assert rows["neuron"]["info"]["tokens"] == rows["cpu"]["info"]["tokens"]
 
 
+def test_decode_op_table_profiles_the_same_ops_on_both_devices():
+    """``python -m benchmarks.decode_ops``: the same generate() on CPU and neuron runs the same
+    matmuls per token; every op of either device is a row, the table names the ratio per op."""
+    from benchmarks import decode_ops
+
+    result = decode_ops.measure("smoke", rounds=1)
+    rows = {r["op"]: r for r in result["rows"]}
+    mm = rows["aten::mm"]
+    assert mm["cpu_calls_per_token"] == mm["neuron_calls_per_token"] > 0
+    assert mm["cpu_us_per_call"] > 0 and mm["neuron_us_per_call"] > 0
+    assert result["tokens"] == decode_ops.SIZES["smoke"].new_tokens
+    text = decode_ops.markdown(result, limit=3)
+    assert text.count("\n| `aten::") == 3 and "outside ATen ops" in text
+
+
 def test_summarize_pools_samples_across_repeats_and_keeps_failures():
     results = [
         {"backend": "cpu", "workload": "train", "status": "ok",
