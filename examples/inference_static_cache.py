@@ -5,7 +5,8 @@ model and compiles the forward with the ``neuron`` backend (static shapes). The
 prompt is padded to a fixed length and the cache has an explicit maximum
 sequence length, so the whole run needs exactly two graphs: one prefill, one
 decode step. The script prints first-token latency, per-token latency,
-tokens/s and the compilation counts of ``torch.neuron.get_dynamo_metrics()``.
+tokens/s (host times here), the same request projected on one Trainium
+NeuronCore (docs/projection.md; not on Trainium, where the times are the device's) and the compilation counts of ``torch.neuron.get_dynamo_metrics()``.
 
 Here (emulated cores, a one-layer tiny Qwen3 built from its config)::
 
@@ -60,12 +61,19 @@ def run(model, prompt_ids, max_seq_len: int, max_new_tokens: int, compile_forwar
     return out, start, clock.stamps[1:]
 
 
-def report(label, start, stamps, batch):
+def report(label, start, stamps, batch, projected):
+    """Measured times; on the emulator (``projected`` given) they are host times, and the same
+    request is also projected on one Trainium NeuronCore by its device model (docs/projection.md)."""
     first = stamps[0] - start
     per_token = (stamps[-1] - stamps[0]) / max(len(stamps) - 1, 1)
     tokens_per_s = batch * len(stamps) / (stamps[-1] - start)
+    where = "host, the emulator" if projected else "measured"
     print(f"{label}: first-token {first * 1e3:.1f} ms, per-token {per_token * 1e3:.2f} ms, "
-          f"{tokens_per_s:.1f} tokens/s")
+          f"{tokens_per_s:.1f} tokens/s ({where})")
+    if projected:
+        seconds = projected["seconds"]
+        print(f"{label}: projected on one NeuronCore: request {seconds * 1e3:.2f} ms, "
+              f"{batch * len(stamps) / seconds:.0f} generated tokens per second ({projected['label']})")
 
 
 def main(argv=None):
@@ -86,6 +94,11 @@ def main(argv=None):
 
     from torch_neuronx.testing.tiny_models import tiny_qwen3
 
+    try:  # the emulator's device model; the real product has none (its times are the device's)
+        from torch_neuronx.fidelity import projected
+    except ImportError:
+        projected = None
+
     torch._dynamo.config.automatic_dynamic_shapes = False
     dtype = getattr(torch, args.dtype)
     if args.model:
@@ -100,9 +113,10 @@ def main(argv=None):
     outputs = []
     for i in range(args.runs):
         torch.neuron.reset_dynamo_metrics()
+        mark = projected.mark() if projected else None
         out, start, stamps = run(model, prompt, args.max_seq_len, args.max_new_tokens, not args.no_compile)
         metrics = torch.neuron.get_dynamo_metrics()
-        report(f"run {i}", start, stamps, args.batch)
+        report(f"run {i}", start, stamps, args.batch, projected.since(mark) if projected else None)
         print(f"run {i}: compiled graphs +{metrics['graphs_compiled']}, "
               f"recompiles +{metrics['recompilations']}, compile {metrics['compile_seconds']:.1f} s, "
               f"executions {metrics['executions']}")

@@ -23,6 +23,9 @@ def test_inference_static_cache_example():
                          "--max-seq-len", "32", "--max-new-tokens", str(new), "--runs", "2")
     for metric in ("first-token", "per-token", "tokens/s"):
         assert stdout.count(metric) == 2, stdout
+    # each run's request projected on Trainium, labelled; warm decode is one graph per token
+    projected = [float(ms) for ms in re.findall(r"projected on one NeuronCore: request ([0-9.]+) ms", stdout)]
+    assert len(projected) == 2 and all(ms > 0 for ms in projected) and stdout.count("(projected)") == 2, stdout
     compiled = [int(n) for n in re.findall(r"compiled graphs \+(\d+)", stdout)]
     recompiles = [int(n) for n in re.findall(r"recompiles \+(\d+)", stdout)]
     assert compiled[0] >= 1 and compiled[1] == 0 and recompiles[1] == 0, stdout
