@@ -230,12 +230,10 @@ def _mixed(x, base, src):
 def test_decomposing_node_by_node_gives_the_text_of_a_whole_retrace():
     """Only the nodes torch-mlir's table names are traced (a whole-graph re-trace cost seconds
     per graph); the StableHLO must be the one a re-trace of the whole graph gives."""
-    from torch.fx.experimental.proxy_tensor import make_fx as trace
-
     inputs = (torch.randn(4, 6), torch.zeros(3, 8), torch.ones(3, 4))
-    gm = trace(_mixed, tracing_mode="fake")(*inputs)
-    whole = trace(torch.fx.Interpreter(gm).run, decomposition_table=stablehlo._decomposition_table(),
-                  tracing_mode="fake")(*stablehlo.fake_cpu_twins(inputs))
+    gm = make_fx(_mixed, tracing_mode="fake")(*inputs)
+    whole = make_fx(torch.fx.Interpreter(gm).run, decomposition_table=stablehlo._decomposition_table(),
+                    tracing_mode="fake")(*stablehlo.fake_cpu_twins(inputs))
     node_by_node = stablehlo.decomposed(gm)
     targets = {n.target for n in node_by_node.graph.nodes if n.op == "call_function"}
     assert torch.ops.aten.view.default not in targets and torch.ops.aten.sum.default not in targets

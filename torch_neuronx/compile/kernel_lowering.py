@@ -89,26 +89,11 @@ def as_meta(value: Any) -> Any:
 
 
 def _trace(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> torch.fx.GraphModule:
-    """A functional ATen graph of one call, tensors as inputs and everything else baked in."""
-    flat, spec = pytree.tree_flatten((args, kwargs))
-    positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
-
-    def call(*tensors):
-        values = list(flat)
-        for i, t in zip(positions, tensors):
-            values[i] = t
-        call_args, call_kwargs = pytree.tree_unflatten(values, spec)
-        return overload(*call_args, **call_kwargs)
-
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    traced = make_fx(
-        torch.func.functionalize(call, remove="mutations_and_views"),
-        decomposition_table=stablehlo.torch_mlir_decompositions(),
-        tracing_mode="fake",
-    )
-    # Fake CPU twins of the meta inputs: no memory, and ops that copy (``_to_copy``) trace.
-    return traced(*stablehlo.fake_cpu_twins([flat[i] for i in positions]))
+    """A functional ATen graph of one call, tensors as inputs and everything else baked in
+    (traced on fake CPU twins of the meta inputs: no memory, and ops that copy trace)."""
+    gm, _ = stablehlo.trace_call(overload, args, kwargs, lambda v: isinstance(v, torch.Tensor),
+                                 stablehlo.torch_mlir_decompositions(), functional=True)
+    return gm
 
 
 def _resize_outputs(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> None:

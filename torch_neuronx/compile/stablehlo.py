@@ -19,7 +19,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -271,25 +271,39 @@ def _view_as_reshape_node(graph: torch.fx.Graph, node: torch.fx.Node, env: dict)
     return reshaped
 
 
-def _inline_decomposition(graph: torch.fx.Graph, node: torch.fx.Node, table: dict, env: dict) -> Any:
-    """Trace ``node``'s decomposition alone on fake CPU twins of its inputs and copy it into
-    ``graph``; returns what stands for the node's result (a node, or a tuple of them)."""
-    flat, spec = pytree.tree_flatten((node.args, node.kwargs))
-    positions = [i for i, a in enumerate(flat) if isinstance(a, torch.fx.Node)]
+def trace_call(target: Any, args: Sequence[Any], kwargs: dict, is_input: Callable[[Any], bool],
+               table: dict, value: Callable[[Any], Any] = lambda leaf: leaf,
+               functional: bool = False) -> tuple[torch.fx.GraphModule, list]:
+    """An ATen graph of one ``target(*args, **kwargs)`` call with ``table``'s decompositions.
 
-    def call(*tensors):
+    The argument leaves ``is_input`` selects become the graph's inputs, traced on
+    fake CPU twins of ``value(leaf)`` (no memory, one device); every other argument
+    is baked in. ``functional`` turns in-place ops into their functional forms.
+    Returns the graph and the input leaves, in placeholder order.
+    """
+    flat, spec = pytree.tree_flatten((args, kwargs))
+    positions = [i for i, leaf in enumerate(flat) if is_input(leaf)]
+
+    def call(*inputs):
         leaves = list(flat)
-        for i, t in zip(positions, tensors):
+        for i, t in zip(positions, inputs):
             leaves[i] = t
-        args, kwargs = pytree.tree_unflatten(leaves, spec)
-        return node.target(*args, **kwargs)
+        call_args, call_kwargs = pytree.tree_unflatten(leaves, spec)
+        return target(*call_args, **call_kwargs)
 
-    sub = make_fx(call, decomposition_table=table, tracing_mode="fake")(
-        *fake_cpu_twins([flat[i].meta["val"] for i in positions])
-    )
+    fn = torch.func.functionalize(call, remove="mutations_and_views") if functional else call
+    gm = make_fx(fn, decomposition_table=table, tracing_mode="fake")(
+        *fake_cpu_twins([value(flat[i]) for i in positions]))
+    return gm, [flat[i] for i in positions]
+
+
+def _inline_decomposition(graph: torch.fx.Graph, node: torch.fx.Node, table: dict, env: dict) -> Any:
+    """Trace ``node``'s decomposition alone and copy it into ``graph``; returns what stands
+    for the node's result (a node, or a tuple of them)."""
+    sub, inputs = trace_call(node.target, node.args, node.kwargs, lambda a: isinstance(a, torch.fx.Node),
+                             table, value=lambda n: n.meta["val"])
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
-    val_map = {p: env[flat[i]] for p, i in zip(placeholders, positions)}
-    result = graph.graph_copy(sub.graph, val_map)
+    result = graph.graph_copy(sub.graph, {p: env[n] for p, n in zip(placeholders, inputs)})
     return tuple(result) if isinstance(result, (list, tuple)) else result
 
 
