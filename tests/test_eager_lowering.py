@@ -69,8 +69,9 @@ def test_new_signatures_are_lowered_once_and_reported_per_op(lowering, monkeypat
 
 def test_attention_kernels_are_custom_calls_not_fallbacks(lowering):
     """The emulator runs SDPA with PyTorch's CPU flash-attention kernels, whose backward
-    torch-mlir cannot lower; the real product runs attention with its own kernels, so they are
-    custom calls (not checked), as inside compiled graphs, never "would fall back to CPU"."""
+    torch-mlir cannot lower; the real product runs attention with its own kernels (its own SDPA
+    lowering, ``torch_mlir/ops/scaled_dot_product_attention.py``, notes §8), so they are custom
+    calls (not checked), as inside compiled graphs, never "would fall back to CPU"."""
     q, k, v = (torch.randn(1, 2, 8, 16, device="neuron", requires_grad=True) for _ in range(3))
     torch_neuronx.reset_metrics()
     torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
