@@ -39,15 +39,19 @@ def load_config(model: str):
     except (ValueError, KeyError, TypeError) as exc:
         raise ConfigError(f"{path}: unknown or unsupported model type {model_type!r} "
                           f"({str(exc).splitlines()[0]})") from None
-    if not getattr(config, "base_model_tp_plan", None):
-        raise ConfigError(f"model type {model_type!r} has no tensor-parallel plan in Transformers; "
-                          "plan supports decoder models that define one (llama, qwen2, mistral, ...)")
     return config
 
 
 def check_tp(config, tp: int) -> None:
-    """TP shards attention heads and KV heads: both must divide evenly, as in the real plan."""
-    for field in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
+    """TP shards attention heads and the MLP evenly; KV heads are split evenly, or replicated
+    when TP is a multiple of them (as NxD does). TP > 1 needs the model's own TP plan."""
+    if tp > 1 and not getattr(config, "base_model_tp_plan", None):
+        raise ConfigError(f"model type {config.model_type!r} has no tensor-parallel plan in Transformers: "
+                          "use --tp 1 (TP needs a model that defines one: llama, qwen2, mistral, ...)")
+    for field in ("num_attention_heads", "intermediate_size"):
         n = getattr(config, field, None)
         if n is not None and n % tp:
             raise ConfigError(f"--tp {tp} does not divide {field}={n} of the model")
+    kv = getattr(config, "num_key_value_heads", None)
+    if kv is not None and kv % tp and tp % kv:
+        raise ConfigError(f"--tp {tp} neither divides nor is a multiple of num_key_value_heads={kv} of the model")
