@@ -18,7 +18,6 @@ import torch
 from ..projection import CollectiveRecord, Projector, link_for_ranks
 from ..runtime.errors import ConfigError
 from ..runtime.profiles import GiB, get_profile
-from ..runtime.settings import get_float
 from .model_config import check_tp, load_config
 from .sharding import per_rank_parameters
 from .trace import Workload, optimizer_calls, trace
@@ -173,9 +172,9 @@ class Planner:
         compute = proj.summary(+calls)
         comm = proj.collectives_summary(self.collectives(layout))
         step = compute["device_seconds"] + comm["seconds"]
-        cost = proj.cost(step, 1, self.price_per_hour)
-        usd = cost["run_usd"] * layout.instances if cost["run_usd"] is not None else None
-        compile_ = proj.compile_summary(len(+calls), get_float("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL"))
+        cost = proj.cost(step, 1, self.price_per_hour, instances=layout.instances)
+        usd = cost.run_usd
+        compile_ = proj.compile(len(+calls)).to_dict()
         return {
             "label": "projected",
             "compute_seconds": compute["device_seconds"],
@@ -190,7 +189,7 @@ class Planner:
             "mfu": proj.mfu(compute["flops"], step), "flops_per_rank": compute["flops"],
             "usd_per_step": usd,
             "usd_per_billion_tokens": usd / tokens * 1e9 if usd is not None and tokens else None,
-            "price": cost["price"],
+            "price": cost.price.to_dict(),
             "compile": {**compile_, "distinct_kernels_label": "emulated (distinct kernel signatures traced)"},
         }
 

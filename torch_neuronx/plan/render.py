@@ -43,8 +43,8 @@ def show(plan: dict, console) -> None:
     verdict = "[green]fits[/green]" if mem["fits"] else "[red]does not fit[/red]"
     table.add_row("HBM: total / capacity", f"{_gib(mem['total_bytes'])} / {_gib(mem['hbm_bytes'])}", verdict)
     c = t["compile"]
-    table.add_row("distinct kernels (first run compiles)", str(c["eager_kernel_compiles"]), "emulated")
-    table.add_row("first-run compile time", f"{c['first_run_compile_seconds']:.0f} s", "projected")
+    table.add_row("distinct kernels (first run compiles)", str(c["eager_kernels"]), "emulated")
+    table.add_row("first-run compile time", f"{c['seconds']:.0f} s", "projected")
     table.add_row("step: compute", f"{t['compute_seconds']:.3f} s", "projected")
     for link, s in t["collectives_by_link"].items():
         table.add_row(f"step: collectives over {link}", f"{s:.3f} s", "projected")
