@@ -307,24 +307,34 @@ def test_collective_errors():
 
 
 # --- compilation and cost --------------------------------------------------------------------------
-def test_compile_is_projected_apart_from_steady_state(trn2):
-    c = trn2.compile_summary(kernel_compiles=12, seconds_per_kernel=2.0, graph_compiles=3)
-    assert c["first_run_compile_seconds"] == 12 * 2.0 + 3 * DEFAULTS["compile_seconds_per_graph"]
-    with pytest.raises(P.ProjectionError):
-        trn2.compile_summary(kernel_compiles=-1, seconds_per_kernel=2.0)
+def test_compile_is_one_model_for_kernels_and_graphs(trn2, monkeypatch):
+    monkeypatch.delenv("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL", raising=False)
+    model = DATA["compile_time"]
+    base, per_op = model["seconds_per_program"]["value"], model["seconds_per_op"]["value"]
+    graphs = [P.GraphProgram(kernels=40, stablehlo_ops=300), P.GraphProgram(kernels=25)]
+    c = trn2.compile(eager_kernels=12, graphs=graphs)
+    # 12 one-kernel programs; a lowered graph by its StableHLO size; the other by its kernel count
+    assert c.seconds == pytest.approx(12 * (base + per_op) + (base + 300 * per_op) + (base + 25 * per_op))
+    assert (c.programs, c.eager_kernels, c.graphs, c.stablehlo_ops, c.kernel_ops) == (14, 12, 2, 300, 37)
+    assert c.to_dict()["label"] == "projected" and "StableHLO" in c.basis
+    monkeypatch.setenv("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL", "5")
+    assert trn2.compile(eager_kernels=2).seconds == pytest.approx(2 * (5 + per_op))
+    with pytest.raises(ValueError):
+        trn2.compile(eager_kernels=-1)
 
 
 def test_cost_of_n_steps_at_a_price(trn2):
-    c = trn2.cost(seconds_per_step=0.25, steps=1000, price_per_hour=7.2, compile_seconds=600)
-    assert c["label"] == "projected"
-    assert c["run_usd"] == pytest.approx(0.25 * 1000 * 7.2 / 3600)
-    assert c["total_usd"] == pytest.approx((250 + 600) * 7.2 / 3600)
+    c = trn2.cost(step_seconds=0.25, steps=1000, price_per_hour=7.2, compile_seconds=600)
+    assert c.to_dict()["label"] == "projected"
+    assert c.run_usd == pytest.approx(0.25 * 1000 * 7.2 / 3600)
+    assert c.total_usd == pytest.approx((250 + 600) * 7.2 / 3600)
+    assert trn2.cost(0.25, 1000, 7.2, instances=4).run_usd == pytest.approx(4 * c.run_usd)
     dated = trn2.cost(1.0, steps=3600)  # the dated third-party price of the table
     table = DATA["instances"]["trn2.3xlarge"]["prices"][0]
-    assert dated["run_usd"] == pytest.approx(table["usd_per_hour"])
-    assert dated["price"]["date"] == table["date"] and dated["price"]["source"] == table["source"]
+    assert dated.run_usd == pytest.approx(table["usd_per_hour"])
+    assert dated.price.date == table["date"] and dated.price.source == table["source"]
     unpriced = P.Projector("trn3", calibration=P.defaults()).cost(1.0, steps=10)
-    assert unpriced["run_usd"] is None and "no price" in unpriced["price"]["source"]
+    assert unpriced.run_usd is None and "no price" in unpriced.price.source
     with pytest.raises(ValueError):
         trn2.cost(1.0, price_per_hour=-1)
 
@@ -332,15 +342,16 @@ def test_cost_of_n_steps_at_a_price(trn2):
 def test_snapshot_is_json_and_labelled_projected(trn2):
     trn2.add_signature("aten::mm", "mm", (meta(4096, 4096), meta(4096, 4096)))
     snap = trn2.snapshot(calls={"mm": 10}, collectives=[P.CollectiveRecord("all_reduce", 1 << 26, 4, "chip")],
-                         compiles={"kernel_compiles": 1, "seconds_per_kernel": 2.0}, steps=100)
+                         eager_kernels=1, steps=100)
     data = json.loads(json.dumps(snap))
     for section in ("eager", "graphs", "collectives", "compile", "cost", "device"):
         assert data[section]["label"] == "projected", section
     comm = data["collectives"]["seconds"]
     compute = data["eager"]["device_seconds"]
-    assert data["step_seconds_no_overlap"] == pytest.approx(compute + comm)
-    assert data["step_seconds_full_overlap"] == pytest.approx(max(compute, comm))
+    assert data["step"]["seconds"] == pytest.approx(compute + comm)
+    assert data["step"]["seconds_full_overlap"] == pytest.approx(max(compute, comm))
     assert data["cost"]["run_seconds"] == pytest.approx(100 * (compute + comm))
+    assert data["cost"]["compile_seconds"] == data["compile"]["seconds"] > 0
 
 
 # --- calibration ---------------------------------------------------------------------------------
@@ -420,7 +431,7 @@ def test_default_projector_snapshot_and_reset():
     P.reset()
     with pytest.raises(P.ProjectionError):
         P.snapshot(calls={"default-mm": 1})
-    assert math.isfinite(P.snapshot()["step_seconds_no_overlap"])
+    assert math.isfinite(P.snapshot()["step"]["seconds"])
 
 
 def test_bytes_are_counted_as_pytorch_runtime_estimator_counts_them():

@@ -20,7 +20,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import torch_neuronx
 from torch_neuronx.compile import stablehlo
 from torch_neuronx.compile.kernel_lowering import KernelLoweringCollector, lower_kernel
-from torch_neuronx.compile.metrics import estimated_compile_seconds
+from torch_neuronx.projection import graph_compile_seconds
 from torch_neuronx.fidelity import use_neff_cache
 
 pytest.importorskip("torch_mlir")
@@ -74,7 +74,8 @@ def test_forward_and_backward_graphs_are_lowered_with_real_records(tmp_path, mon
         assert record["graph_node_count"] > 5 and record["timings"] == "host"
         assert record["torch_neuronx_lower_us"] > 0 and record["torch_neuronx_compile_us"] > 0
         assert record["neff_cache"] == "compiled"
-        assert record["estimated_compile_s"] == estimated_compile_seconds(record["stablehlo_op_count"])
+        assert record["estimated_compile_s"] == graph_compile_seconds(record["stablehlo_op_count"],
+                                                                      record["graph_node_count"])
         # The artifact is the StableHLO the key was computed from (notes §3: artifacts directory).
         artifact = tmp_path / "debug" / "stablehlo" / "proc_0" / f"{record['graph_name'].lower()}.stablehlo.mlir"
         text = artifact.read_text()

@@ -28,7 +28,7 @@ def collect() -> dict:
         "logical_cores_total": topo.total_logical_cores,
         "visible_cores": topo.device_count,
         "hbm_per_core_bytes": topo.hbm_per_core,
-        "price": price(profile.name),
+        "price": price(profile.name).to_dict(),
         "torch_version": torch.__version__,
         "cores": cores,
         "fidelity": _fidelity(),

@@ -38,7 +38,8 @@ from ..runtime.log import get_logger
 from ..runtime.settings import get_flag
 from . import artifacts, cache, device_interface, kernel_lowering, passes, stablehlo
 from .aliased_execution import alias_runner
-from .metrics import METRICS, GraphRecord, NeuronCompilationMetrics, estimated_compile_seconds
+from ..projection import graph_compile_seconds
+from .metrics import METRICS, GraphRecord, NeuronCompilationMetrics
 
 _log = get_logger("compile")
 artifacts.install()  # Inductor's artefacts degrade instead of breaking the job (compile/artifacts.py)
@@ -153,7 +154,7 @@ def _lower_and_account(
         record.graph_id, {"op": record.graph_name, "signature": "compiled graph", "compiler": compiler}
     )
     if record.neff_cache == "compiled":
-        record.estimated_compile_s = estimated_compile_seconds(record.stablehlo_op_count)
+        record.estimated_compile_s = graph_compile_seconds(record.stablehlo_op_count, record.graph_node_count)
 
 
 def _compile_aot_graph(

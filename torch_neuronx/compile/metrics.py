@@ -27,16 +27,6 @@ class GraphRecord:
     compile_seconds: float = 0.0
 
 
-# Projection of neuronx-cc time for one graph from its size (uncalibrated; see docs/compile.md).
-GRAPH_COMPILE_BASE_S = 2.0
-GRAPH_COMPILE_S_PER_STABLEHLO_OP = 0.01
-
-
-def estimated_compile_seconds(stablehlo_ops: int | None) -> float:
-    """``base + per_op * ops``: the projected neuronx-cc time of a graph that is compiled."""
-    return GRAPH_COMPILE_BASE_S + GRAPH_COMPILE_S_PER_STABLEHLO_OP * (stablehlo_ops or 0)
-
-
 @dataclasses.dataclass
 class NeuronCompilationMetrics:
     """One forward/backward/inference graph, with the real product's field names.
@@ -44,7 +34,8 @@ class NeuronCompilationMetrics:
     ``torch_neuronx_*_us`` are **host measurements** on the emulator
     (``torch_neuronx_compile_us`` times Inductor's code generation, not
     neuronx-cc); ``estimated_compile_s`` is the projection of neuronx-cc time
-    (0 when the graph key was already in the in-memory or persistent cache).
+    (``projection.graph_compile_seconds``; 0 when the graph key was already in the
+    in-memory or persistent cache).
     """
 
     graph_id: str  # the graph key: sha256 of the StableHLO text, I/O shapes/dtypes, compiler suffix

@@ -75,7 +75,7 @@ def use_neff_cache(directory) -> None:
     and op lists restart; for tools and tests that compare runs in one process."""
     global _accounting
     cache = None if directory is None else NeffCache(directory)
-    _accounting = Accounting(cache, _accounting.config, _accounting.compile_seconds, _accounting.tracker)
+    _accounting = Accounting(cache, _accounting.config, _accounting.tracker)
     _C._reset_accounting()
     _accounting.tracker.clear()
 

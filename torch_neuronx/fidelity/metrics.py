@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 
 from .. import _C
+from ..projection import compile_model, project_compile
 from ..runtime import metrics_registry as registry
 from .accounting import Accounting
 from .compilation_cache import compilation_cache_stats
@@ -119,8 +120,9 @@ def snapshot(acc: Accounting, enabled: bool) -> dict:
         },
         "compilation_cache": compilation_cache_stats(in_process_hits, counts["kernel.disk_hits"],
                                                      counts["kernel.misses"], len(acc.compiled)),
-        "estimated_compile_seconds": counts["kernel.misses"] * acc.compile_seconds,
-        "compile_seconds_per_kernel_estimate": acc.compile_seconds,
+        # projected neuronx-cc time of this run's misses (projection/compile_time.py)
+        "estimated_compile_seconds": project_compile(eager_kernels=counts["kernel.misses"]).seconds,
+        "compile_seconds_per_kernel_estimate": compile_model().program_seconds(1),
         "neff_cache": {
             "enabled": acc.cache is not None,
             "dir": None if acc.cache is None else os.fspath(acc.cache.directory),

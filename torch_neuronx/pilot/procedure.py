@@ -311,7 +311,7 @@ class PilotRun:
                             "hbm_per_core_bytes": torch.neuron.get_device_properties(device).total_memory,
                             "hbm_override_gib": self.cfg.hbm_per_core_gib,
                             "price_per_hour_usd": rate, "price_source": source,
-                            "price": instance_price(p.name, self.cfg.price_per_hour),
+                            "price": instance_price(p.name, self.cfg.price_per_hour).to_dict(),
                             "figures_confirmed": p.confirmed}
 
     def _finetune(self, ref, dev, device, known) -> None:

@@ -17,11 +17,10 @@ from collections import Counter
 
 import torch
 
-from ..projection import CollectiveRecord, Projector, defaults, link_for_ranks
+from ..projection import CollectiveRecord, GraphProgram, Projector, defaults, link_for_ranks
 from ..projection import job
 from ..runtime.errors import ConfigError
 from ..runtime.profiles import GiB, get_profile
-from ..runtime.settings import get_float
 from .model_config import check_tp, load_config
 from .sharding import kv_heads_per_rank, per_rank_parameters
 from .trace import TraceResult, Workload, head_dim, optimizer_calls, trace
@@ -323,16 +322,16 @@ class Planner:
                 "error_band_applies_to": "compile mode (the published results ran compiled graphs)"}
 
     def _usd(self, seconds: float, layout: Layout) -> tuple[float | None, dict]:
-        cost = self.projector(layout.lnc).cost(seconds, 1, self.price_per_hour)
-        return (cost["run_usd"] * layout.instances if cost["run_usd"] is not None else None), cost["price"]
+        cost = self.projector(layout.lnc).cost(seconds, 1, self.price_per_hour, instances=layout.instances)
+        return cost.run_usd, cost.price.to_dict()
 
     def time(self, layout: Layout) -> dict:
         proj = self.projector(layout.lnc)
         if self.mode == "train":
             work, eager = self.training_work(layout)
-            kernels = len(+(self.traced(layout.tp, layout.batch, layout.checkpointing, layout.lnc)
-                            .graph_calls("forward") + self.traced(layout.tp, layout.batch, layout.checkpointing,
-                                                                  layout.lnc).graph_calls("backward")))
+            traced = self.traced(layout.tp, layout.batch, layout.checkpointing, layout.lnc)
+            kernels = len(+(traced.graph_calls("forward") + traced.graph_calls("backward")))
+            graphs = (work.forward, work.backward, work.optimizer)
             modes = {m: dataclasses.asdict(job.training_time(work, self.factors, m, eager)) for m in EXECUTIONS}
             chosen = modes[self.execution]
             usd, price = self._usd(chosen["step_seconds"], layout)
@@ -348,6 +347,7 @@ class Planner:
         else:
             work, eager = self.inference_work(layout)
             kernels = len(+(self.traced(layout.tp, layout.batch, False, layout.lnc).graph_calls("prefill")))
+            graphs = (work.prefill, work.decode)
             modes = {m: dataclasses.asdict(job.inference_time(work, self.factors, m, eager)) for m in EXECUTIONS}
             chosen = modes[self.execution]
             usd, price = self._usd(chosen["request_seconds"], layout)
@@ -357,12 +357,10 @@ class Planner:
                    "usd_per_million_output_tokens": usd / tokens * 1e6 if usd is not None and tokens else None,
                    "price": price, "by_mode": modes,
                    "graphs": {g.name: dataclasses.asdict(g) for g in (work.prefill, work.decode)}}
-        graphs = 3 if self.mode == "train" else 2
-        out["compile"] = {**proj.compile_summary(kernels, get_float("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL"),
-                                                 graphs if self.execution == "compile" else 0),
+        compiled = (proj.compile(0, [GraphProgram(g.kernels) for g in graphs]) if self.execution == "compile"
+                     else proj.compile(kernels, []))
+        out["compile"] = {**compiled.to_dict(), "distinct_kernels": kernels,
                           "distinct_kernels_label": "emulated (distinct kernel signatures traced)"}
-        if self.execution == "compile":
-            out["compile"]["first_run_compile_seconds"] = out["compile"]["graph_compile_seconds"]
         return out
 
     # --- one plan, suggestions, sweep ------------------------------------------------------

@@ -9,17 +9,21 @@ from __future__ import annotations
 import threading
 
 from .calibration import Calibration, CalibrationError, active_calibration, defaults, load_calibration
+from .compile_time import CompileModel, GraphProgram, compile_model, graph_compile_seconds, project_compile
 from .collectives import COLLECTIVE_LOG, CollectiveLog, CollectiveRecord, collective_seconds, link_for_ranks
 from .graph import GraphCost
 from .hardware import DeviceModel, device_model, price
 from .kernel import KernelCost, ProjectionError, engine_of
-from .projector import LABEL, Projector
+from .projector import Projector
 from .recording import ProjectionMode
+from .results import LABEL, SECONDS_PER_HOUR, CompileProjection, CostProjection, Price, StepProjection
 from .trace import chrome_trace, write_chrome_trace
 
 __all__ = [
-    "COLLECTIVE_LOG", "LABEL", "Calibration", "CalibrationError", "CollectiveLog", "CollectiveRecord", "DeviceModel",
-    "GraphCost", "KernelCost",
+    "COLLECTIVE_LOG", "LABEL", "SECONDS_PER_HOUR", "Calibration", "CalibrationError", "CollectiveLog",
+    "CollectiveRecord", "CompileModel", "CompileProjection", "CostProjection", "DeviceModel",
+    "GraphCost", "GraphProgram", "KernelCost", "Price", "StepProjection", "compile_model",
+    "graph_compile_seconds", "project_compile",
     "ProjectionError", "ProjectionMode", "Projector", "active_calibration", "chrome_trace",
     "collective_seconds", "configure", "defaults", "device_model", "engine_of", "get_projector", "link_for_ranks",
     "load_calibration", "price", "reset", "snapshot", "write_chrome_trace",

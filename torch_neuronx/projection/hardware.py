@@ -18,6 +18,7 @@ import torch
 from ..runtime.errors import ConfigError
 from ..runtime.settings import get_int
 from ..runtime.profiles import InstanceProfile, get_profile
+from .results import Price
 
 DATA_FILE = Path(__file__).with_name("hardware.json")
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
@@ -113,23 +114,20 @@ def device_model(instance: str | InstanceProfile | None = None, lnc: int | None 
     )
 
 
-def price(instance: str | None = None, price_per_hour: float | None = None) -> dict:
-    """The hourly price to project with and where it comes from.
+def price(instance: str | InstanceProfile | None = None, price_per_hour: float | None = None) -> Price:
+    """The hourly price to project with and where it comes from: the one price lookup.
 
     A user's ``price_per_hour`` wins; otherwise the newest dated entry of the
     price table (third-party figures: the source says so). ``usd_per_hour``
     is ``None`` when neither exists.
     """
-    name = get_profile(instance).name
+    name = instance.name if isinstance(instance, InstanceProfile) else get_profile(instance).name
     if price_per_hour is not None:
         if price_per_hour < 0:
             raise ValueError(f"price_per_hour={price_per_hour} must be >= 0")
-        return {"usd_per_hour": float(price_per_hour), "source": "given by the user", "date": None,
-                "region": None, "instance": name}
+        return Price(name, float(price_per_hour), "given by the user")
     prices = load_data()["instances"].get(name, {}).get("prices", [])
     if not prices:
-        return {"usd_per_hour": None, "source": f"no price found for {name}; pass a price per hour",
-                "date": None, "region": None, "instance": name}
+        return Price(name, None, f"no price found for {name}; pass a price per hour")
     newest = max(prices, key=lambda p: p["date"])
-    return {"usd_per_hour": newest["usd_per_hour"], "source": newest["source"], "date": newest["date"],
-            "region": newest["region"], "instance": name}
+    return Price(name, newest["usd_per_hour"], newest["source"], newest["date"], newest["region"])
