@@ -33,7 +33,7 @@ def _layout(args: argparse.Namespace, planner):
     batch = args.micro_batch if args.micro_batch is not None else args.batch_size
     lnc = args.lnc or planner.profile.default_lnc
     return Layout(args.tp, dp, batch, args.activation_checkpointing, lnc, args.instances, pp=args.pp,
-                  shard=shard, global_batch=args.global_batch)
+                  shard=shard, global_batch=args.global_batch, sequence_parallel=args.sequence_parallel)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,6 +106,8 @@ def add_parser(sub) -> None:
     p.add_argument("--mode", choices=("compile", "eager"), default="compile",
                    help="compile: one graph per forward, backward, optimizer step, prefill, decode "
                         "(default); eager: one kernel launch per op")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="split the hidden-state elementwise work (norms, residuals) over the TP group")
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute each decoder layer")
     p.add_argument("--price-per-hour", type=float, default=None, help="USD per instance-hour (default: price table)")
     p.add_argument("--sweep", action="store_true", help="rank fitting TP × DP × micro-batch layouts by cost per token")

@@ -44,6 +44,7 @@ class Layout:
     pp: int = 1
     shard: str = "fsdp"  # how data parallelism shards: fsdp (everything), zero1 (optimizer state), none
     global_batch: int | None = None  # sequences per optimizer step; None: one micro-batch per rank
+    sequence_parallel: bool = False  # split the hidden-state elementwise work over the TP group
 
     @property
     def world(self) -> int:
@@ -254,7 +255,9 @@ class Planner:
 
     def _graph(self, layout: Layout, name: str, calls: Counter, io_bytes: float) -> job.GraphWork:
         proj = self.projector(layout.lnc)
-        return job.graph_work(name, proj.kernels, calls, io_bytes, proj.device, proj.calibration)
+        sp = job.SequenceParallel(layout.tp, self.config.hidden_size) \
+            if layout.sequence_parallel and layout.tp > 1 else None
+        return job.graph_work(name, proj.kernels, calls, io_bytes, proj.device, proj.calibration, sp)
 
     def training_work(self, layout: Layout) -> tuple[job.TrainingWork, dict[str, float]]:
         """One rank's work per global batch, and the eager (per-op) seconds of each graph."""

@@ -23,7 +23,8 @@ def row_planner(row: published.PublishedRow) -> tuple[Planner, Layout]:
     if row.kind == "training":
         planner = Planner(row.model, row.instance, lay["seq_len"], "train", lay["precision"])
         layout = Layout(lay["tp"], lay["dp"], lay["micro_batch"], False, planner.profile.default_lnc, row.instances,
-                        pp=lay["pp"], shard=lay["shard"], global_batch=lay["global_batch"])
+                        pp=lay["pp"], shard=lay["shard"], global_batch=lay["global_batch"],
+                        sequence_parallel=lay["sequence_parallel"])
     else:
         planner = Planner(row.model, row.instance, lay["input_len"], "infer", lay["precision"], lay["output_len"])
         layout = Layout(lay["tp"], 1, lay["batch_size"], False, lay["lnc"], row.instances)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -113,8 +114,27 @@ class GraphWork:
                                    intermediate_bytes=self.intermediate_bytes * n, kernels=round(self.kernels * n))
 
 
+_FIRST_SHAPE = re.compile(r"\|torch\.\w+\(([\d, ]*)\)")
+
+
+def _hidden_states_op(key: str, hidden: int) -> bool:
+    """Whether a signature's first tensor is hidden states (last dimension ``hidden``, two or more dims)."""
+    m = _FIRST_SHAPE.search(key)
+    dims = [int(d) for d in m.group(1).split(",") if d.strip()] if m else []
+    return len(dims) >= 2 and dims[-1] == hidden
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceParallel:
+    """Sequence parallelism over a TP group of ``tp``: the elementwise work on the hidden states
+    (norms, residual adds, dropout), replicated on every TP rank without it, is split ``tp`` ways."""
+
+    tp: int
+    hidden: int
+
+
 def graph_work(name: str, kernels: Mapping[str, KernelCost], calls: Mapping[str, int], io_bytes: float,
-               device: DeviceModel, cal: Calibration) -> GraphWork:
+               device: DeviceModel, cal: Calibration, sequence_parallel: SequenceParallel | None = None) -> GraphWork:
     """The traced kernels ``calls`` (signature → count, costs projected under ``cal``) as one graph."""
     tensor = flops = eager_bytes = 0.0
     engines = dict.fromkeys(COMPUTE_ENGINES, 0.0)
@@ -124,12 +144,15 @@ def graph_work(name: str, kernels: Mapping[str, KernelCost], calls: Mapping[str,
         if cost.engine == "none":
             continue
         launches += n
-        eager_bytes += cost.bytes * n
         flops += cost.flops * n
+        share = 1.0
+        if sequence_parallel and cost.engine != "tensor" and _hidden_states_op(key, sequence_parallel.hidden):
+            share = 1 / sequence_parallel.tp
+        eager_bytes += cost.bytes * n * share
         if cost.engine == "tensor":
             tensor += cost.compute_seconds * cal.efficiency["tensor"] * n
         elif cost.engine in engines:
-            engines[cost.engine] += cost.compute_seconds * n
+            engines[cost.engine] += cost.compute_seconds * n * share
     return GraphWork(name, flops, tensor, max(engines.values()), io_bytes, max(0.0, eager_bytes - io_bytes),
                      device.hbm_bytes_per_s, launches)
 
