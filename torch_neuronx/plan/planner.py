@@ -319,8 +319,9 @@ class Planner:
         return work, eager
 
     # --- time and cost -------------------------------------------------------------------
-    def _band(self) -> dict:
-        band = job.error_band()
+    @staticmethod
+    def _band(figure: str = "step_seconds") -> dict:
+        band = job.error_band(figure)
         return {"error_band": band.text(), "error_band_fraction": band.fraction,
                 "error_band_applies_to": "compile mode (the published results ran compiled graphs)"}
 
@@ -355,7 +356,9 @@ class Planner:
             chosen = modes[self.execution]
             usd, price = self._usd(chosen["request_seconds"], layout)
             tokens = layout.batch * self.decode_tokens
-            out = {"label": "projected", "mode": self.execution, **chosen, **self._band(),
+            ttft, tpot = self._band("ttft_seconds"), self._band("tpot_seconds")
+            out = {"label": "projected", "mode": self.execution, **chosen, **tpot,
+                   "ttft_error_band": ttft["error_band"], "ttft_error_band_fraction": ttft["error_band_fraction"],
                    "usd_per_request": usd,
                    "usd_per_million_output_tokens": usd / tokens * 1e6 if usd is not None and tokens else None,
                    "price": price, "by_mode": modes,
@@ -381,7 +384,7 @@ class Planner:
         if self.mode == "infer":
             result["inference"] = {k: t[k] for k in ("label", "mode", "ttft_seconds", "tpot_seconds",
                                                      "tokens_per_second", "usd_per_million_output_tokens",
-                                                     "error_band")} | {"batch_size": layout.batch,
+                                                     "error_band", "ttft_error_band")} | {"batch_size": layout.batch,
                                                                        "input_len": self.seq_len,
                                                                        "output_len": self.decode_tokens}
         if suggest and not memory["fits"]:

@@ -69,7 +69,8 @@ def time_rows(plan: dict) -> list[tuple[str, str, str]]:
                  ("cost per step", _usd(t["usd_per_step"]), band),
                  ("cost per billion tokens", _usd(t["usd_per_billion_tokens"], 2), band)]
     else:
-        rows += [("time to first token (prefill graph)", f"{t['ttft_seconds'] * 1e3:,.1f} ms", band),
+        ttft_band = f"projected, {t['ttft_error_band']}" if t["mode"] == "compile" else band
+        rows += [("time to first token (prefill graph)", f"{t['ttft_seconds'] * 1e3:,.1f} ms", ttft_band),
                  ("time per output token (decode at mean cache)", f"{t['tpot_seconds'] * 1e3:,.2f} ms", band),
                  (f"  ({other} mode) TTFT / TPOT",
                   f"{t['by_mode'][other]['ttft_seconds'] * 1e3:,.1f} / {t['by_mode'][other]['tpot_seconds'] * 1e3:,.2f} ms",

@@ -13,6 +13,7 @@ from .compile_time import CompileModel, GraphProgram, compile_model, graph_compi
 from .collectives import COLLECTIVE_LOG, CollectiveLog, CollectiveRecord, collective_seconds, link_for_ranks
 from .graph import GraphCost
 from .hardware import DeviceModel, device_model, price
+from .job import ErrorBand, Factors, error_band, fitted_factors
 from .kernel import KernelCost, ProjectionError, engine_of
 from .projector import Projector
 from .recording import ProjectionMode
@@ -21,6 +22,7 @@ from .trace import chrome_trace, write_chrome_trace
 
 __all__ = [
     "COLLECTIVE_LOG", "LABEL", "SECONDS_PER_HOUR", "Calibration", "CalibrationError", "CollectiveLog",
+    "ErrorBand", "Factors", "error_band", "fitted_factors",
     "CollectiveRecord", "CompileModel", "CompileProjection", "CostProjection", "DeviceModel",
     "GraphCost", "GraphProgram", "KernelCost", "Price", "StepProjection", "compile_model",
     "graph_compile_seconds", "project_compile",

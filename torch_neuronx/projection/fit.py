@@ -145,6 +145,9 @@ def validate(rows: list[PublishedRow], works: dict) -> tuple[Factors, list[Valid
 def write_factors(factors: Factors, table: list[ValidationRow], rows: list[PublishedRow]) -> None:
     """Keep the fitted factors, their meaning and the leave-one-out band in ``fitted_factors.json``."""
     loo = [abs(r.left_out_error) for r in table]
+    figures = sorted({r.figure for r in table})
+    by_figure = {f: {"max_abs_error": max(abs(r.left_out_error) for r in table if r.figure == f),
+                     "rows": sum(r.figure == f for r in table)} for f in figures}
     data = {"schema": 1,
             "about": "Physical factors of the projection fitted on AWS's published Trainium results "
                      "(published_results.json) by `torchneuron plan --validate`; never edited by hand.",
@@ -152,6 +155,6 @@ def write_factors(factors: Factors, table: list[ValidationRow], rows: list[Publi
             "factors": {name: {"value": getattr(factors, name), "meaning": BOUNDS[name][3],
                                "bounds": list(BOUNDS[name][:2]), "default": BOUNDS[name][2]} for name in BOUNDS},
             "leave_one_out": {"max_abs_error": max(loo), "median_abs_error": statistics.median(loo),
-                              "rows": len(rows), "figures": len(table)}}
+                              "rows": len(rows), "figures": len(table), "by_figure": by_figure}}
     FACTORS_FILE.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     clear_cache()

@@ -63,22 +63,29 @@ def fitted_factors() -> Factors:
 
 @dataclasses.dataclass(frozen=True)
 class ErrorBand:
-    """How far the projection was from AWS's published results, predicting each row with
-    factors fitted on the others (leave-one-out)."""
+    """How far the projection was from AWS's published figures of one kind, predicting each
+    row with factors fitted on the other rows (leave-one-out)."""
 
-    fraction: float  # the largest leave-one-out relative error
-    median_fraction: float
-    rows: int
+    figure: str  # step_seconds (training), ttft_seconds or tpot_seconds (inference)
+    fraction: float  # the largest leave-one-out relative error among those figures
+    rows: int  # published rows holding such a figure
+    total_rows: int  # rows in the calibration set
 
     def text(self) -> str:
-        return (f"±{self.fraction:.0%}, leave-one-out over {self.rows} published Trainium results "
-                f"(median {self.median_fraction:.0%})")
+        kind = "training" if self.figure == "step_seconds" else "inference"
+        return (f"±{self.fraction:.0%}, leave-one-out over {self.rows} published Trainium {kind} result"
+                f"{'s' if self.rows > 1 else ''} (of {self.total_rows} fitted)")
 
 
-def error_band() -> ErrorBand:
-    """The band every projected time, throughput and cost carries (the pilot shows it too)."""
+def error_band(figure: str = "step_seconds") -> ErrorBand:
+    """The band every projected figure derived from ``figure`` carries (the plan and the pilot):
+    ``step_seconds`` for training times, throughput and cost; ``ttft_seconds`` and
+    ``tpot_seconds`` for inference."""
     loo = _factors_data()["leave_one_out"]
-    return ErrorBand(loo["max_abs_error"], loo["median_abs_error"], loo["rows"])
+    if figure not in loo["by_figure"]:
+        raise ConfigError(f"no leave-one-out error for {figure!r}; known: {sorted(loo['by_figure'])}")
+    entry = loo["by_figure"][figure]
+    return ErrorBand(figure, entry["max_abs_error"], entry["rows"], loo["rows"])
 
 
 def clear_cache() -> None:
