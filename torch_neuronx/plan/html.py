@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..pilot.report.html import CSS
 from ..pilot.report.markup import badge, e, img, table
 from ..pilot.report.plots import plt, png
-from .render import SWEEP_COLUMNS, headline, memory_rows, sweep_cells, time_rows
+from .render import SWEEP_COLUMNS, band_note, headline, memory_rows, sweep_cells, time_rows
 
 GiB = 2**30
 
@@ -36,7 +36,7 @@ def render_html(plan: dict) -> str:
              f"<p class='muted'>{e(headline(plan))}</p>",
              f"<p class='banner'><b>Nothing here was measured on Trainium.</b> Memory and kernels are emulated "
              f"(traced on fake tensors: {e(plan['method'])}); times and costs are projected "
-             f"(docs/projection.md), {e(plan['time']['error_band'])}.</p>",
+             f"(docs/projection.md). {e(band_note(plan))}</p>",
              "<h2>HBM per rank</h2>", img(_memory_chart(mem), "HBM per rank"), table(["", "", "how"], rows)]
     if "suggestion" in plan:
         s = plan["suggestion"]

@@ -49,8 +49,8 @@ def memory_rows(plan: dict) -> list[tuple[str, str, str]]:
 def time_rows(plan: dict) -> list[tuple[str, str, str]]:
     """Compilation, time, throughput and cost; projected figures carry the error band."""
     t, c = plan["time"], plan["time"]["compile"]
-    band = f"projected, {t['error_band']}" if t["mode"] == "compile" else \
-        "projected (eager: per-op launches; the band below is for compile mode)"
+    band = f"projected ±{t['error_band_fraction']:.0%}" if t["mode"] == "compile" else \
+        "projected (eager mode: no published result to hold it against)"
     other = "eager" if t["mode"] == "compile" else "compile"
     rows = [("distinct kernels (traced)", f"{c['distinct_kernels']:,}", "emulated"),
             (f"first-run compile time ({c['programs']} programs)", f"{c['seconds']:.0f} s", "projected")]
@@ -69,7 +69,7 @@ def time_rows(plan: dict) -> list[tuple[str, str, str]]:
                  ("cost per step", _usd(t["usd_per_step"]), band),
                  ("cost per billion tokens", _usd(t["usd_per_billion_tokens"], 2), band)]
     else:
-        ttft_band = f"projected, {t['ttft_error_band']}" if t["mode"] == "compile" else band
+        ttft_band = f"projected ±{t['ttft_error_band_fraction']:.0%}" if t["mode"] == "compile" else band
         rows += [("time to first token (prefill graph)", f"{t['ttft_seconds'] * 1e3:,.1f} ms", ttft_band),
                  ("time per output token (decode at mean cache)", f"{t['tpot_seconds'] * 1e3:,.2f} ms", band),
                  (f"  ({other} mode) TTFT / TPOT",
@@ -78,6 +78,15 @@ def time_rows(plan: dict) -> list[tuple[str, str, str]]:
                  ("output tokens/s (one batch, end to end)", f"{t['tokens_per_second']:,.1f}", band),
                  ("cost per 1M output tokens", _usd(t["usd_per_million_output_tokens"], 2), band)]
     return rows
+
+
+def band_note(plan: dict) -> str:
+    """Where the ± of the projected figures comes from, in one line."""
+    t = plan["time"]
+    if plan["mode"] == "train":
+        return f"± on projected figures: {t['error_band']}; see docs/projection.md."
+    return (f"± on projected figures: TTFT {t['ttft_error_band']}; time per output token, tokens/s and cost "
+            f"{t['error_band']}; see docs/projection.md.")
 
 
 def show(plan: dict, console) -> None:
@@ -92,6 +101,7 @@ def show(plan: dict, console) -> None:
     for row in memory_rows(plan) + time_rows(plan):
         table.add_row(*row)
     console.print(table)
+    console.print(band_note(plan))
     if not plan["memory"]["fits"]:
         s = plan.get("suggestion")
         console.print(f"[red]does not fit[/red]: smallest change that fits: {s['change']}" if s else
