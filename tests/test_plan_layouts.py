@@ -134,7 +134,8 @@ def test_kv_heads_replicated_when_tp_exceeds_them_memory_and_traffic():
     layout = Layout(32, 1, 2, False, 1, 1)
     assert planner.kv_cache_bytes(layout, 1000) == 2 * layers * 2 * 1000 * 1 * hd * 2
     _, step, _ = planner.dp_collectives(layout)  # the replicas' k/v gradients are all-reduced once per step
-    assert dict(step) == {CollectiveRecord("all_reduce", 2 * hd * h * 2 * layers, 4, "chip"): 1}
+    # the 4 consecutive ranks sharing a head span two trn1 chips (2 cores each): NeuronLink
+    assert dict(step) == {CollectiveRecord("all_reduce", 2 * hd * h * 2 * layers, 4, "neuronlink"): 1}
 
 
 def test_encoder_plans_at_tp1_and_refuses_tp2(tmp_path):
