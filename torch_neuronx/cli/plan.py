@@ -110,7 +110,8 @@ def add_parser(sub) -> None:
                    help="split the hidden-state elementwise work (norms, residuals) over the TP group")
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute each decoder layer")
     p.add_argument("--price-per-hour", type=float, default=None, help="USD per instance-hour (default: price table)")
-    p.add_argument("--sweep", action="store_true", help="rank fitting TP × DP × micro-batch layouts by cost per token")
+    p.add_argument("--sweep", action="store_true",
+                   help="rank fitting TP × DP × micro-batch layouts by cost per token")
     p.add_argument("--out", default="plan.json", help="where to write the plan (default plan.json; the page goes beside it as .html)")
     p.add_argument("--retrace", action="store_true", help="with --validate: trace the published rows again")
     p.add_argument("--docs", default="docs/projection.md",

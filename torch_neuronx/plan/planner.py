@@ -267,7 +267,8 @@ class Planner:
         stage_layers = layers // layout.pp
         m = layout.micro_batches
         weights = self.stage_parameters(layout) * self.dtype.itemsize
-        read = weights - self.parameters(layout.tp, 1)["embedding_tp_local"] * self.dtype.itemsize  # tables: rows looked up
+        # embedding tables are not read whole: a lookup reads the rows it needs
+        read = weights - self.parameters(layout.tp, 1)["embedding_tp_local"] * self.dtype.itemsize
         saved = t.activations(stage_layers)
         grads = weights * (2 if m > 1 else 1)  # written, and read back while accumulating
         fwd_calls, bwd_calls = t.graph_calls("forward", stage_layers), t.graph_calls("backward", stage_layers)

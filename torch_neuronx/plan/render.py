@@ -31,7 +31,8 @@ def headline(plan: dict) -> str:
              f"batch {lay['batch']}, {plan['seq_len']} tokens in / {plan['inference']['output_len']} out")
     return (f"{plan['model']} ({plan['model_type']}, {plan['parameters']['total'] / 1e9:.2f} B parameters) on "
             f"{lay['instances']}×{plan['instance']}, LNC={lay['lnc']}: {plan['mode']}, {shape}, {batch}, "
-            f"{plan['precision']}, {plan['time']['mode']} mode, checkpointing {'on' if lay['checkpointing'] else 'off'}")
+            f"{plan['precision']}, {plan['time']['mode']} mode, "
+            f"checkpointing {'on' if lay['checkpointing'] else 'off'}")
 
 
 def memory_rows(plan: dict) -> list[tuple[str, str, str]]:
@@ -70,10 +71,11 @@ def time_rows(plan: dict) -> list[tuple[str, str, str]]:
                  ("cost per billion tokens", _usd(t["usd_per_billion_tokens"], 2), band)]
     else:
         ttft_band = f"projected ±{t['ttft_error_band_fraction']:.0%}" if t["mode"] == "compile" else band
+        o = t["by_mode"][other]
         rows += [("time to first token (prefill graph)", f"{t['ttft_seconds'] * 1e3:,.1f} ms", ttft_band),
                  ("time per output token (decode at mean cache)", f"{t['tpot_seconds'] * 1e3:,.2f} ms", band),
                  (f"  ({other} mode) TTFT / TPOT",
-                  f"{t['by_mode'][other]['ttft_seconds'] * 1e3:,.1f} / {t['by_mode'][other]['tpot_seconds'] * 1e3:,.2f} ms",
+                  f"{o['ttft_seconds'] * 1e3:,.1f} / {o['tpot_seconds'] * 1e3:,.2f} ms",
                   "projected"),
                  ("output tokens/s (one batch, end to end)", f"{t['tokens_per_second']:,.1f}", band),
                  ("cost per 1M output tokens", _usd(t["usd_per_million_output_tokens"], 2), band)]

@@ -7,6 +7,7 @@ between generated-section markers.
 """
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from ..projection import fit, published
@@ -55,19 +56,13 @@ def table_markdown(factors, table: list[fit.ValidationRow], rows: list[published
                      f"{v.projected:.4g} s | {v.error:+.1%} | {v.left_out:.4g} s | {v.left_out_error:+.1%} |")
     loo = sorted(abs(v.left_out_error) for v in table)
     fitted = sorted(abs(v.error) for v in table)
-    lines += ["", f"Fit on all rows: largest error {fitted[-1]:.1%}, median {fitted[len(fitted) // 2]:.1%}. "
-                  f"Leave-one-out: largest {loo[-1]:.1%}, median {_median(loo):.1%} "
+    lines += ["", f"Fit on all rows: largest error {fitted[-1]:.1%}, median {statistics.median(fitted):.1%}. "
+                  f"Leave-one-out: largest {loo[-1]:.1%}, median {statistics.median(loo):.1%} "
                   f"({len(rows)} rows, {len(table)} figures; compiled mode).", "",
               "| factor | fitted value | meaning |", "|---|---|---|"]
     for name, (_, _, _, meaning) in fit.BOUNDS.items():
         lines.append(f"| `{name}` | {getattr(factors, name):.4g} | {meaning} |")
     return "\n".join(lines)
-
-
-def _median(values: list[float]) -> float:
-    import statistics
-
-    return statistics.median(values)
 
 
 def write_docs(markdown: str, doc: Path) -> None:
