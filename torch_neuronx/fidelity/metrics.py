@@ -145,8 +145,11 @@ _sections: dict[str, tuple[Callable[[], dict], Callable[[], None]]] = {}
 def add_section(name: str, read: Callable[[], dict], reset: Callable[[], None]) -> None:
     """Add ``name: read()`` to every snapshot; ``reset()`` runs with ``reset_metrics()``.
 
-    Layers above fidelity cannot be imported here, so they register themselves."""
+    Layers above fidelity cannot be imported here, so they register themselves; the section
+    is a store of the metrics registry too, so ``clear_counters()`` forgets it."""
     _sections[name] = (read, reset)
+    registry.register_store(f"metrics.{name}", read, reset, f"the {name!r} section of metrics()",
+                            registry.EMULATED)
 
 
 def _section_values() -> dict:

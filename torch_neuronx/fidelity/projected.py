@@ -130,22 +130,16 @@ def mark() -> tuple[dict[str, int], dict[str, int]]:
     return _C._signature_calls(), graph_runs()
 
 
-def since(start: tuple[dict[str, int], dict[str, int]]) -> dict:
-    """Projected device seconds, FLOPs, MFU and eager seconds by op and engine of the kernels
-    and graphs run since ``start`` (a :func:`mark`; collectives are not included). Cheap
-    enough to call between timed regions."""
+def since(start: tuple[dict[str, int], dict[str, int]]) -> projection.WindowProjection:
+    """The projection of the kernels and graphs run since ``start`` (a :func:`mark`;
+    collectives are not included). Cheap enough to call between timed regions."""
     project_pending()
     projector = projection.get_projector()
     calls, runs = mark()
     known = {k: n - start[0].get(k, 0) for k, n in calls.items()
              if k in projector.kernels and n > start[0].get(k, 0)}
     ran = {g: n - start[1].get(g, 0) for g, n in runs.items() if n > start[1].get(g, 0)}
-    eager, graphs = projector.summary(known), projector.graphs_summary(ran)
-    seconds = eager["device_seconds"] + graphs["device_seconds"]
-    flops = eager["flops"] + graphs["flops"]
-    return {"label": projection.LABEL, "seconds": seconds, "flops": flops,
-            "mfu": projector.mfu(flops, seconds), "eager_by_op": eager["by_op"],
-            "eager_by_engine": eager["by_engine"], "graph_seconds": graphs["device_seconds"]}
+    return projector.window(known, ran)
 
 
 def sequence(start: tuple[dict[str, int], dict[str, int]] | None = None) -> list:
