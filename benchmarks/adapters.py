@@ -72,7 +72,7 @@ class _Projecting:
         counts, spent_before = mark
         in_run = self._spent() - spent_before
         window = projected.since(counts)  # projects the queued signatures: outside the timed steps
-        return {"seconds": window["seconds"], "mfu": window["mfu"], "in_run_seconds": in_run,
+        return {"seconds": window.step.seconds, "mfu": window.step.mfu, "in_run_seconds": in_run,
                 "deferred_seconds": self._spent() - spent_before - in_run}
 
 class DynamoCounting(Adapter):

@@ -514,3 +514,24 @@ def test_collective_log_places_ranks_beyond_one_instance_on_efa(monkeypatch):
     assert rec == P.CollectiveRecord("all_reduce", 32, 6, "efa")
     log.record("reduce_scatter_tensor", [torch.ones(8)], Group())
     assert log.counts[P.CollectiveRecord("reduce_scatter", 6 * 32, 6, "efa")] == 1
+
+
+def test_one_hardware_table_feeds_profiles_nki_and_the_projection():
+    """Each chip figure is held once (hardware.json): the instance profiles, the NKI limits and
+    the projection's device model agree (the NKI table once said 362.5 GB/s of DMA per trn2
+    core where the projection said 437.5)."""
+    from torch_neuronx.nki import hardware as nki_hardware
+
+    for instance in ("trn1.2xlarge", "trn2.48xlarge", "trn3"):
+        profile = get_profile(instance)
+        entry = DATA["instances"][instance]
+        target = DATA["targets"][entry["target"]]
+        assert profile.chips == entry["chips"]["value"]
+        assert profile.cores_per_chip == target["physical_cores_per_chip"]["value"]
+        assert profile.hbm_per_chip == target["per_chip"]["hbm_capacity_bytes"]["value"]
+        device = P.device_model(instance, lnc=1)  # one physical core
+        limits = nki_hardware.limits(entry["target"])
+        assert limits["dma_bytes_per_s"] == device.dma_bytes_per_s
+        # TensorE peak = 128 x 128 PEs x 2 FLOP x the TensorE clock NKI uses
+        assert device.tensor_flops["bf16"] == pytest.approx(128 * 128 * 2 * limits["tensor_hz"], rel=1e-5)
+    assert nki_hardware.limits("trn2")["dma_bytes_per_s"] == pytest.approx(3.5e12 / 8)

@@ -145,8 +145,11 @@ _sections: dict[str, tuple[Callable[[], dict], Callable[[], None]]] = {}
 def add_section(name: str, read: Callable[[], dict], reset: Callable[[], None]) -> None:
     """Add ``name: read()`` to every snapshot; ``reset()`` runs with ``reset_metrics()``.
 
-    Layers above fidelity cannot be imported here, so they register themselves."""
+    Layers above fidelity cannot be imported here, so they register themselves; the section
+    is a store of the metrics registry too, so ``clear_counters()`` forgets it."""
     _sections[name] = (read, reset)
+    registry.register_store(f"metrics.{name}", read, reset, f"the {name!r} section of metrics()",
+                            registry.EMULATED)
 
 
 def _section_values() -> dict:
@@ -179,14 +182,13 @@ def export(data: dict, directory: os.PathLike | str) -> tuple[Path, Path]:
     stem = out / f"metrics-{data['pid']}"
     json_path, csv_path = stem.with_suffix(".json"), stem.with_suffix(".csv")
     json_path.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    cost = data["compile_seconds_per_kernel_estimate"]
     kernels = data["kernels"]
     with csv_path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(CSV_COLUMNS)
         for op, row in kernels["per_op"].items():
             writer.writerow((op, row["calls"], row["signatures"], row["misses"],
-                             row["misses"] * cost, op in data["fallback_ops"]))
+                             project_compile(eager_kernels=row["misses"]).seconds, op in data["fallback_ops"]))
         writer.writerow(("(all)", kernels["calls"], kernels["unique_signatures"], kernels["misses"],
                          data["estimated_compile_seconds"], bool(data["fallback_ops"])))
     return json_path, csv_path

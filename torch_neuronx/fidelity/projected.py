@@ -109,8 +109,19 @@ def graph_runs() -> dict[str, int]:
         return dict(_graph_runs)
 
 
+def compiled_graphs() -> list[projection.GraphProgram]:
+    """The distinct graphs the ``neuron`` backend compiled since the last reset, as the
+    compile model sees them (read from the metrics registry: compile is a higher layer)."""
+    if "compile.compiled_graphs" not in registry.record_names():
+        return []
+    unique = {g.graph_id: g for g in registry.records("compile.compiled_graphs")}
+    return [projection.GraphProgram(g.graph_node_count, g.stablehlo_op_count) for g in unique.values()]
+
+
 def section(steps: int | None = None, price_per_hour: float | None = None) -> dict:
-    """The projection of everything this process ran since the last reset.
+    """The projection of everything this process ran since the last reset, with the
+    first-run compile of its distinct kernel signatures and graphs (and, with ``steps``,
+    its cost with the whole run as one step).
 
     Signatures the projector never saw (run before the listener was installed,
     or whose projection failed) are counted under ``unprojected_calls``.
@@ -118,9 +129,9 @@ def section(steps: int | None = None, price_per_hour: float | None = None) -> di
     project_pending()
     projector = projection.get_projector()
     calls = _C._signature_calls()
-    known = {k: n for k, n in calls.items() if k in projector.kernels}
-    data = projection.snapshot(calls=known, graph_runs=graph_runs(), steps=steps,
-                               price_per_hour=price_per_hour)
+    known = {k: n for k, n in calls.items() if k in projector.kernels and n}
+    data = projection.snapshot(calls=known, graph_runs=graph_runs(), eager_kernels=len(known),
+                               graphs=compiled_graphs(), steps=steps, price_per_hour=price_per_hour)
     data["unprojected_calls"] = sum(calls.values()) - sum(known.values())
     return data
 
@@ -130,22 +141,16 @@ def mark() -> tuple[dict[str, int], dict[str, int]]:
     return _C._signature_calls(), graph_runs()
 
 
-def since(start: tuple[dict[str, int], dict[str, int]]) -> dict:
-    """Projected device seconds, FLOPs, MFU and eager seconds by op and engine of the kernels
-    and graphs run since ``start`` (a :func:`mark`; collectives are not included). Cheap
-    enough to call between timed regions."""
+def since(start: tuple[dict[str, int], dict[str, int]]) -> projection.WindowProjection:
+    """The projection of the kernels and graphs run since ``start`` (a :func:`mark`;
+    collectives are not included). Cheap enough to call between timed regions."""
     project_pending()
     projector = projection.get_projector()
     calls, runs = mark()
     known = {k: n - start[0].get(k, 0) for k, n in calls.items()
              if k in projector.kernels and n > start[0].get(k, 0)}
     ran = {g: n - start[1].get(g, 0) for g, n in runs.items() if n > start[1].get(g, 0)}
-    eager, graphs = projector.summary(known), projector.graphs_summary(ran)
-    seconds = eager["device_seconds"] + graphs["device_seconds"]
-    flops = eager["flops"] + graphs["flops"]
-    return {"label": projection.LABEL, "seconds": seconds, "flops": flops,
-            "mfu": projector.mfu(flops, seconds), "eager_by_op": eager["by_op"],
-            "eager_by_engine": eager["by_engine"], "graph_seconds": graphs["device_seconds"]}
+    return projector.window(known, ran)
 
 
 def sequence(start: tuple[dict[str, int], dict[str, int]] | None = None) -> list:

@@ -56,6 +56,28 @@ def fidelity_metrics(device: torch.device) -> dict:
     return snap
 
 
+def signature_keys(device: torch.device) -> set[str]:
+    """The kernel signatures run since the last metrics reset (neuron only: elsewhere none)."""
+    if device.type != "neuron":
+        return set()
+    from torch_neuronx import _C
+
+    return {key for key, n in _C._signature_calls().items() if n}
+
+
+def projected_compile(device: torch.device, eager_kernels: int, dynamo: dict | None) -> dict | None:
+    """The projected first-run (empty NEFF cache) compile of a mode: its distinct kernel
+    signatures and the graphs the neuron backend compiled (projection's one model), or None
+    off the neuron device."""
+    if device.type != "neuron":
+        return None
+    from torch_neuronx.projection import GraphProgram, get_projector
+
+    graphs = [GraphProgram(g["graph_node_count"], g["stablehlo_op_count"])
+              for g in ((dynamo or {}).get("neuron_backend") or {}).get("compiled_graphs", [])]
+    return get_projector().compile(eager_kernels=eager_kernels, graphs=graphs).to_dict()
+
+
 def reset_fidelity() -> None:
     import torch_neuronx
 

@@ -90,18 +90,19 @@ def greedy_static(model, ids: torch.Tensor, new_tokens: int, pad_token_id: int) 
 
 
 def _projected(steady: list, batch: int, length: int) -> dict:
-    """Projected TTFT, per-token latency, throughputs and MFU of the steady-state requests."""
+    """Projected TTFT, per-token latency, whole-request seconds (the sum of its windows, what
+    the cost step prices), throughputs and MFU of the steady-state requests."""
     from ..projection import LABEL, get_projector
 
-    ttft = [r[3][0]["seconds"] for r in steady]
-    tokens = [p["seconds"] for r in steady for p in r[3][1:]]
-    windows = [p for r in steady for p in r[3]]
-    seconds = sum(p["seconds"] for p in windows)
+    ttft = [r[3][0].step.seconds for r in steady]
+    tokens = [w.step.seconds for r in steady for w in r[3][1:]]
+    requests = [sum(w.step.seconds for w in r[3]) for r in steady]
+    flops = sum(w.step.flops for r in steady for w in r[3])
     return {"label": LABEL, "ttft_seconds": percentiles(ttft), "per_token_seconds": percentiles(tokens),
+            "request_seconds": percentiles(requests),
             "prefill_tokens_per_second": batch * length * len(ttft) / sum(ttft) if sum(ttft) else None,
             "decode_tokens_per_second": batch * len(tokens) / sum(tokens) if sum(tokens) else None,
-            "flops": sum(p["flops"] for p in windows),
-            "mfu": get_projector().mfu(sum(p["flops"] for p in windows), seconds)}
+            "flops": flops, "mfu": get_projector().mfu(flops, sum(requests))}
 
 
 def measure_generation(model, batches: dict, gen_tokens: int, iters: int, device, on_iter) -> dict:
@@ -143,8 +144,8 @@ def measure_generation(model, batches: dict, gen_tokens: int, iters: int, device
     projected = [s["projected"] for s in shapes.values() if "projected" in s]
     if projected:
         data["projected"] = {"label": projected[0]["label"], "ttft_seconds": percentiles(
-            [r[3][0]["seconds"] for r in all_steady]), "per_token_seconds": percentiles(
-            [p["seconds"] for r in all_steady for p in r[3][1:]])}
+            [r[3][0].step.seconds for r in all_steady]), "per_token_seconds": percentiles(
+            [w.step.seconds for r in all_steady for w in r[3][1:]])}
     return data
 
 

@@ -33,7 +33,7 @@ from .config import PilotConfig, PilotError
 from .device import is_emulated, resolve_device, set_core_capacity, use_instance
 from .inputs import load_tokenizer
 from .model import describe, load_reference, out_of_memory, to_device
-from ..projection import price as instance_price
+from ..projection import get_projector, price as instance_price, write_chrome_trace
 from .output import PROJECTED_TRACE, Staging, check_out
 from .report import STEP_ORDER, Check, Report, StepSection, to_json_text
 from .report.schema import Environment, ReportError
@@ -305,12 +305,12 @@ class PilotRun:
         if device.type == "neuron":
             topo = torch.neuron.topology()
             p = topo.profile
-            rate, source = cost.price_for(device.type, self.cfg.price_per_hour, p.name)
+            rate = cost.price_for(device.type, self.cfg.price_per_hour, p.name)
             env.instance = {"name": p.name, "family": p.family, "logical_nc_config": topo.lnc,
                             "visible_cores": topo.device_count,
                             "hbm_per_core_bytes": torch.neuron.get_device_properties(device).total_memory,
                             "hbm_override_gib": self.cfg.hbm_per_core_gib,
-                            "price_per_hour_usd": rate, "price_source": source,
+                            "price_per_hour_usd": rate.usd_per_hour, "price_source": rate.source,
                             "price": instance_price(p.name, self.cfg.price_per_hour).to_dict(),
                             "figures_confirmed": p.confirmed}
 
@@ -337,23 +337,23 @@ class PilotRun:
 
     def _project_training(self, probe, mark, steps: int, rows: int) -> None:
         """Projected fine-tune figures, where its device time goes, and its timeline as a trace."""
-        from ..projection import get_projector, write_chrome_trace
-
         window = probe.since(mark)
         measured = self.section("performance").result
-        measured.projected_training = performance.project_training(window, steps, rows)
-        measured.projection = {k: window[k] for k in ("label", "seconds", "flops", "mfu", "eager_by_engine")}
-        measured.projection["eager"] = {"by_op": window["eager_by_op"]}
+        measured.projected_training = performance.project_training(window, steps, rows, get_projector(),
+                                                                   self.cfg.price_per_hour)
+        measured.projection = {"label": "projected", "step": window.step.to_dict(),
+                               "eager_by_engine": window.eager_by_engine, "eager": {"by_op": window.eager_by_op}}
         write_chrome_trace(get_projector(), probe.sequence(mark), self.workdir / PROJECTED_TRACE)
 
     def _cost(self, device) -> None:
         with self.part("cost"):
-            instance = torch.neuron.topology().profile.name if device.type == "neuron" else None
-            price, source = cost.price_for(device.type, self.cfg.price_per_hour, instance)
+            neuron = device.type == "neuron"
+            instance = torch.neuron.topology().profile.name if neuron else None
             self.section("cost").result = cost.run(
-                price, source, self.report.environment.time_basis, self.cfg.gen_tokens, device.type,
-                self.section("compilation").result, self.section("performance").result,
-                self.section("finetune").result)
+                cost.price_for(device.type, self.cfg.price_per_hour, instance), self.report.environment.time_basis,
+                self.cfg.gen_tokens, device.type, self.section("compilation").result,
+                self.section("performance").result, self.section("finetune").result,
+                projector=get_projector() if neuron else None, user_price=self.cfg.price_per_hour)
 
 
 def run_pilot(cfg: PilotConfig, ui) -> int:

@@ -17,14 +17,15 @@ from .job import ErrorBand, Factors, error_band, fitted_factors
 from .kernel import KernelCost, ProjectionError, engine_of
 from .projector import Projector
 from .recording import ProjectionMode
-from .results import LABEL, SECONDS_PER_HOUR, CompileProjection, CostProjection, Price, StepProjection
+from .results import (LABEL, SECONDS_PER_HOUR, CompileProjection, CostProjection, Price, StepProjection,
+                      WindowProjection)
 from .trace import chrome_trace, write_chrome_trace
 
 __all__ = [
     "COLLECTIVE_LOG", "LABEL", "SECONDS_PER_HOUR", "Calibration", "CalibrationError", "CollectiveLog",
     "ErrorBand", "Factors", "error_band", "fitted_factors",
     "CollectiveRecord", "CompileModel", "CompileProjection", "CostProjection", "DeviceModel",
-    "GraphCost", "GraphProgram", "KernelCost", "Price", "StepProjection", "compile_model",
+    "GraphCost", "GraphProgram", "KernelCost", "Price", "StepProjection", "WindowProjection", "compile_model",
     "graph_compile_seconds", "project_compile",
     "ProjectionError", "ProjectionMode", "Projector", "active_calibration", "chrome_trace",
     "collective_seconds", "configure", "defaults", "device_model", "engine_of", "get_projector", "link_for_ranks",

@@ -19,7 +19,7 @@ from .compile_time import GraphProgram, project_compile
 from .graph import GraphCost, project_graph
 from .hardware import ENGINES, device_model, price
 from .kernel import KernelCost, ProjectionError, project_call
-from .results import LABEL, CompileProjection, CostProjection, Price, StepProjection
+from .results import LABEL, CompileProjection, CostProjection, Price, StepProjection, WindowProjection
 
 
 class Projector:
@@ -170,6 +170,14 @@ class Projector:
         (graph name → executions) and ``collectives``."""
         return self._step(self.summary(calls or {}), self.graphs_summary(graph_runs or {}),
                           self.collectives_summary(collectives))
+
+    def window(self, calls: Mapping[str, int], graph_runs: Mapping[str, int] | None = None) -> WindowProjection:
+        """A window of work (no collectives): its step figures, the distinct signatures it ran
+        and its eager breakdown by op and engine."""
+        eager = self.summary(calls)
+        step = self._step(eager, self.graphs_summary(graph_runs or {}), self.collectives_summary(()))
+        return WindowProjection(step=step, eager_kernels=sum(1 for n in calls.values() if n > 0),
+                                eager_by_op=eager["by_op"], eager_by_engine=eager["by_engine"])
 
     def _step(self, eager: dict, graphs: dict, comm: dict) -> StepProjection:
         compute = eager["device_seconds"] + graphs["device_seconds"]

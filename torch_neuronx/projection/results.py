@@ -83,6 +83,17 @@ class StepProjection(_Result):
 
 
 @dataclasses.dataclass(frozen=True)
+class WindowProjection(_Result):
+    """The projection of a window of work (between two marks): its step figures, the distinct
+    kernel signatures it ran (what a first run compiles) and where its eager time went."""
+
+    step: StepProjection
+    eager_kernels: int  # distinct eager kernel signatures run in the window
+    eager_by_op: dict  # op -> breakdown row of Projector.summary
+    eager_by_engine: dict  # engine -> seconds
+
+
+@dataclasses.dataclass(frozen=True)
 class CostProjection(_Result):
     """What a run of ``steps`` steps costs on ``instances`` whole instances, plus its first-run compile."""
 

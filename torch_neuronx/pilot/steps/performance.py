@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from .. import perf
+from ...projection import LABEL
 from ..report import plots
 from ..report.markup import e, img, num, table
 
@@ -35,13 +36,18 @@ def run(result: PerformanceResult, mode: str, dev_model, batches: dict, gen_toke
     result.generation[mode] = perf.measure_generation(dev_model, batches, gen_tokens, iters, device, advance)
 
 
-def project_training(window: dict, steps: int, rows: int) -> dict | None:
-    """Projected fine-tune figures from the projection of ``steps`` device steps of ``rows`` samples."""
-    if not steps or not window["seconds"]:
+def project_training(window, steps: int, rows: int, projector, price_per_hour: float | None = None) -> dict | None:
+    """Projected fine-tune figures from ``window`` (a ``WindowProjection`` of ``steps`` eager
+    device steps of ``rows`` samples): its first-run compile (every kernel signature it ran,
+    empty NEFF cache) and the run's cost, both from ``projector``."""
+    seconds = window.step.seconds
+    if not steps or not seconds:
         return None
-    return {"label": window["label"], "seconds_per_step": window["seconds"] / steps,
-            "samples_per_second": rows * steps / window["seconds"], "mfu": window["mfu"],
-            "kernel_signatures": sum(r["signatures"] for r in window["eager_by_op"].values())}
+    compile_ = projector.compile(eager_kernels=window.eager_kernels, graphs=())
+    run = projector.cost(seconds / steps, steps, price_per_hour, compile_.seconds)
+    return {"label": LABEL, "seconds_per_step": run.step_seconds, "samples_per_second": rows * steps / seconds,
+            "mfu": window.step.mfu, "kernel_signatures": window.eager_kernels, "compile": compile_.to_dict(),
+            "cost": run.to_dict()}
 
 
 def status(r: PerformanceResult) -> str | None:
