@@ -79,7 +79,12 @@ def test_cached_work_of_t5_is_a_fresh_trace():
     planner, layout = row_planner(row)
     fresh, _ = planner.training_work(layout)
     cached = published.load_work()["T5"]
-    assert json.loads(json.dumps(dataclasses.asdict(fresh))) == dataclasses.asdict(cached)
+    fresh, cached = dataclasses.asdict(fresh), dataclasses.asdict(cached)
+    for part in fresh:  # summation order may differ in the last bit
+        pairs = fresh[part].items() if isinstance(fresh[part], dict) else [(None, fresh[part])]
+        for key, value in pairs:
+            expected = cached[part][key] if key else cached[part]
+            assert value == (pytest.approx(expected, rel=1e-12) if isinstance(value, float) else expected), (part, key)
 
 
 def test_cli_validate_writes_between_the_markers_and_refuses_a_doc_without_them(tmp_path, capsys, monkeypatch):

@@ -326,10 +326,6 @@ class Planner:
         return {"error_band": band.text(), "error_band_fraction": band.fraction,
                 "error_band_applies_to": "compile mode (the published results ran compiled graphs)"}
 
-    def _usd(self, seconds: float, layout: Layout) -> tuple[float | None, dict]:
-        cost = self.projector(layout.lnc).cost(seconds, 1, self.price_per_hour, instances=layout.instances)
-        return cost.run_usd, cost.price.to_dict()
-
     def time(self, layout: Layout) -> dict:
         proj = self.projector(layout.lnc)
         if self.mode == "train":
@@ -339,13 +335,13 @@ class Planner:
             graphs = (work.forward, work.backward, work.optimizer)
             modes = {m: dataclasses.asdict(job.training_time(work, self.factors, m, eager)) for m in EXECUTIONS}
             chosen = modes[self.execution]
-            usd, price = self._usd(chosen["step_seconds"], layout)
-            tokens = work.tokens_per_step
+            cost = job.job_cost(proj, chosen["step_seconds"], work.tokens_per_step, layout.instances,
+                                self.price_per_hour)
             out = {"label": "projected", "mode": self.execution, **chosen, **self._band(),
-                   "tokens_per_step": tokens, "micro_batches": work.micro_batches,
+                   "tokens_per_step": work.tokens_per_step, "micro_batches": work.micro_batches,
                    "flops_per_step": work.model_flops_per_step,
-                   "usd_per_step": usd, "usd_per_billion_tokens": usd / tokens * 1e9 if usd is not None else None,
-                   "price": price, "by_mode": modes,
+                   "usd_per_step": cost.usd, "usd_per_billion_tokens": cost.usd_per_billion_tokens,
+                   "price": cost.price, "by_mode": modes,
                    "graphs": {g.name: dataclasses.asdict(g) for g in (work.forward, work.backward, work.optimizer)},
                    "collectives": {"per_micro_batch": dataclasses.asdict(work.micro_comm),
                                    "per_global_batch": dataclasses.asdict(work.step_comm)}}
@@ -355,14 +351,14 @@ class Planner:
             graphs = (work.prefill, work.decode)
             modes = {m: dataclasses.asdict(job.inference_time(work, self.factors, m, eager)) for m in EXECUTIONS}
             chosen = modes[self.execution]
-            usd, price = self._usd(chosen["request_seconds"], layout)
-            tokens = layout.batch * self.decode_tokens
+            cost = job.job_cost(proj, chosen["request_seconds"], layout.batch * self.decode_tokens,
+                                layout.instances, self.price_per_hour)
             ttft, tpot = self._band("ttft_seconds"), self._band("tpot_seconds")
             out = {"label": "projected", "mode": self.execution, **chosen, **tpot,
                    "ttft_error_band": ttft["error_band"], "ttft_error_band_fraction": ttft["error_band_fraction"],
-                   "usd_per_request": usd,
-                   "usd_per_million_output_tokens": usd / tokens * 1e6 if usd is not None and tokens else None,
-                   "price": price, "by_mode": modes,
+                   "usd_per_request": cost.usd, "usd_per_billion_tokens": cost.usd_per_billion_tokens,
+                   "usd_per_million_output_tokens": cost.usd_per_million_tokens,
+                   "price": cost.price, "by_mode": modes,
                    "graphs": {g.name: dataclasses.asdict(g) for g in (work.prefill, work.decode)}}
         compiled = (proj.compile(0, [GraphProgram(g.kernels) for g in graphs]) if self.execution == "compile"
                      else proj.compile(kernels, []))
@@ -448,9 +444,7 @@ class Planner:
                                  "memory_total_bytes": self.memory(candidate)["total_bytes"],
                                  "step_seconds": step, "tokens_per_second": t["tokens_per_second"],
                                  "mfu": t.get("mfu"),
-                                 "usd_per_billion_tokens": t.get("usd_per_billion_tokens",
-                                                                 (t.get("usd_per_million_output_tokens") or 0) * 1e3
-                                                                 or None)})
+                                 "usd_per_billion_tokens": t["usd_per_billion_tokens"]})
         rows.sort(key=lambda r: (r["usd_per_billion_tokens"] or math.inf, r["step_seconds"]))
         return rows
 

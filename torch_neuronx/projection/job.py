@@ -200,6 +200,28 @@ def comm_work(records: Mapping[CollectiveRecord, int], device: DeviceModel, cal:
     return total
 
 
+# --- cost -------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class JobCost:
+    """What ``seconds`` of the job cost on its instances, and per token produced."""
+
+    usd: float | None  # None without a price
+    usd_per_billion_tokens: float | None
+    price: dict
+
+    @property
+    def usd_per_million_tokens(self) -> float | None:
+        return None if self.usd_per_billion_tokens is None else self.usd_per_billion_tokens / 1e3
+
+
+def job_cost(projector, seconds: float, tokens: int, instances: int,
+             price_per_hour: float | None = None) -> JobCost:
+    """The projector's whole-instance cost of ``seconds`` on ``instances``, spread over ``tokens``."""
+    cost = projector.cost(seconds, 1, price_per_hour, instances=instances)
+    per = cost.run_usd / tokens * 1e9 if cost.run_usd is not None and tokens else None
+    return JobCost(cost.run_usd, per, cost.price.to_dict())
+
+
 # --- training: accumulation, the 1F1B pipeline, one reduction per global batch -----------------
 def accumulation_steps(global_batch: int, micro_batch: int, dp: int) -> int:
     """Micro-batches each data-parallel rank runs per optimizer step: G / (M·D)."""
