@@ -6,6 +6,7 @@ logical NeuronCore of the chosen instance, under the calibration in force.
 """
 from __future__ import annotations
 
+import math
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -178,6 +179,8 @@ class Projector:
         price, so idle cores are paid for too), plus the first-run compile hours."""
         if seconds_per_step < 0 or steps < 0 or compile_seconds < 0:
             raise ProjectionError("seconds, steps and compile seconds must be >= 0")
+        if price_per_hour is not None and not (math.isfinite(price_per_hour) and price_per_hour >= 0):
+            raise ProjectionError(f"price_per_hour={price_per_hour} must be a finite number >= 0")
         p = price(self.device.instance, price_per_hour)
         rate = p["usd_per_hour"]
         run = seconds_per_step * steps
