@@ -2,11 +2,14 @@
 (its CSS, markup helpers and embedded matplotlib figures)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..pilot.report.html import CSS
 from ..pilot.report.markup import badge, e, img, num, table
 from ..pilot.report.plots import plt, png
 
 GiB = 2**30
+TITLE = "<title>TorchNeuron plan</title>"  # how a rerun recognises a page it may replace
 
 
 def _memory_chart(memory: dict) -> str:
@@ -23,7 +26,17 @@ def _memory_chart(memory: dict) -> str:
     return png(fig)
 
 
-def render_html(plan: dict) -> str:
+def is_plan_page(path: Path) -> bool:
+    """Whether ``path`` is a page written by ``torchneuron plan`` (which a rerun may replace)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(512)
+    except OSError:
+        return False
+    return head.startswith("<!doctype html>") and TITLE in head
+
+
+def render_html(plan: dict, json_name: str = "plan.json") -> str:
     lay, mem, t = plan["layout"], plan["memory"], plan["time"]
     status = "passed" if mem["fits"] else "failed"
     rows = [[e(k.replace("_", " ")), num(v / GiB, "{:.2f} GiB"), "assumed" if k == "runtime_reserve" else "emulated"]
@@ -42,7 +55,7 @@ def render_html(plan: dict) -> str:
                ["MFU", num(t["mfu"], "{:.1%}"), "projected"],
                ["cost per step", num(t["usd_per_step"], "${:,.4f}"), "projected"],
                ["cost per billion tokens", num(t["usd_per_billion_tokens"], "${:,.2f}"), "projected"]]
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>TorchNeuron plan</title>"
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'>{TITLE}"
              f"<style>{CSS}</style></head><body>",
              f"<h1>TorchNeuron plan: {e(plan['model'])} {badge(status)}</h1>",
              f"<p class='muted'>{e(plan['model_type'])}, {plan['parameters']['total']:,} parameters · "
@@ -66,6 +79,6 @@ def render_html(plan: dict) -> str:
              "on" if r["layout"]["checkpointing"] else "off", num(r["memory_total_bytes"] / GiB, "{:.2f} GiB"),
              num(r["step_seconds"], "{:.3f}"), num(r["tokens_per_second"], "{:,.0f}"), num(r["mfu"], "{:.1%}"),
              num(r["usd_per_billion_tokens"], "${:,.2f}")] for r in plan["sweep"]]))
-    parts.append("<p class='muted'>Machine-readable data: plan.json (same directory). See docs/plan.md.</p>"
+    parts.append(f"<p class='muted'>Machine-readable data: {e(json_name)} (same directory). See docs/plan.md.</p>"
                  "</body></html>")
     return "\n".join(parts)

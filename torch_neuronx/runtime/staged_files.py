@@ -8,6 +8,7 @@ files intact and no truncated one. The location is checked before any work.
 from __future__ import annotations
 
 import os
+import secrets
 import tempfile
 from pathlib import Path
 
@@ -50,12 +51,18 @@ class StagedFiles:
     def write_text(self, target: os.PathLike | str, text: str) -> None:
         target = Path(target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        self.staged.append((Path(tmp), target))
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            # os.open, not mkstemp: the published file gets the usual umask mode, not 0600
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            self.staged.append((tmp, target))
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:  # a failed write names the staging file or nothing: name the target
+            exc.filename = str(target)
+            raise
 
     def publish(self) -> None:
         with signals_held():
