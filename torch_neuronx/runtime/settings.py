@@ -189,7 +189,7 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        "replacing the defaults of the **projected** device time "
        "([projection](projection.md#calibrating-from-one-measured-run)); read when the projection is "
        "first used (`metrics()`, `torchneuron info`, `plan`), never at `import torch`: a missing or "
-       "corrupt file, or a negative, zero, NaN or infinite figure, is one line naming this variable", "ours",
+       "corrupt file, or an out-of-range, NaN or infinite figure, is one line naming this variable", "ours",
        "projection/calibration.py", default_text="unset"),
     # --- NKI ---------------------------------------------------------------------
     _S("NEURON_PLATFORM_TARGET_OVERRIDE", "str", None,
