@@ -3,7 +3,8 @@
 Each subcommand lives in its own module exposing ``add_parser(subparsers)``,
 which registers its arguments and sets ``func`` to the function that runs it
 (returning the process exit code). A :class:`ConfigError` (an environment
-variable the runtime cannot use) is one line on stderr and exit code 2.
+variable or argument the runtime cannot use) is one line on stderr and exit code 2;
+SIGINT / SIGTERM is one line and exit code 130 / 143.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from torch_neuronx.runtime.errors import ConfigError
+    from torch_neuronx.runtime.interrupts import interrupt_signal, sigterm_as_interrupt
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -40,10 +42,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
-    except ConfigError as exc:  # a bad environment variable: one line, like every bad input
+        with sigterm_as_interrupt():
+            return int(args.func(args) or 0)
+    except ConfigError as exc:  # a bad environment variable or argument: one line, like every bad input
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # a command that does not report its own interruption
+        signum = interrupt_signal(exc)
+        print(f"error: interrupted by {signum.name}", file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":

@@ -1,22 +1,132 @@
 """``torchneuron plan MODEL``: per-rank HBM, compilations, projected step time and cost of a
 layout, without allocating the model; ``--validate``: the projection against AWS's published
-Trainium results. See docs/plan.md."""
+Trainium results. See docs/plan.md.
+
+Every argument is checked before any work (:func:`check_arguments`, :func:`check_outputs`):
+a bad one is one line and exit 2. The outputs are staged and published whole, so an error,
+a full disk or an interrupt (exit 130 / 143) leaves the previous plan intact.
+"""
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 from pathlib import Path
+
+# Upper bounds, so a typo is one line instead of an overflow deep in the trace: 16 Mi tokens
+# is above the longest published context window (10 M) and far past any core's HBM, and
+# keeping tokens per rank (batch × sequence) under it keeps the traced [batch, heads, seq,
+# seq] attention scores inside int64 sizes.
+MAX_SEQ_LEN = 2**24
+MAX_TOKENS_PER_RANK = 2**24
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise a one-line ``ConfigError`` for a flag value (or calibration file) no plan can use,
+    before the model is read. Extend it when adding a flag."""
+    from torch_neuronx.projection import active_calibration
+    from torch_neuronx.runtime.errors import ConfigError
+    from torch_neuronx.runtime.profiles import PROFILES
+
+    active_calibration()  # TORCHNEURON_PROJECTION_CALIBRATION, read now rather than after the trace
+    if args.instance not in PROFILES:
+        raise ConfigError(f"--instance {args.instance!r} is not a known instance profile; "
+                          f"choose one of {', '.join(PROFILES)}")
+    price = args.price_per_hour
+    if price is not None and not (math.isfinite(price) and price > 0):
+        raise ConfigError(f"--price-per-hour must be a positive, finite number of USD (got {price})")
+    for flag, value in (("--seq-len/--input-len", _seq_len(args)), ("--output-len", args.output_len)):
+        if value > MAX_SEQ_LEN:
+            raise ConfigError(f"{flag} {value:,} is above the limit of {MAX_SEQ_LEN:,} tokens "
+                              "(longer than any published context window)")
+    if _batch(args) * _seq_len(args) > MAX_TOKENS_PER_RANK:
+        raise ConfigError(f"batch {_batch(args):,} × sequence {_seq_len(args):,} is above the limit of "
+                          f"{MAX_TOKENS_PER_RANK:,} tokens per rank per step")
+
+
+def _seq_len(args: argparse.Namespace) -> int:
+    """The training sequence, or the prompt with --infer."""
+    return args.input_len if args.infer and args.input_len is not None else args.seq_len
+
+
+def _batch(args: argparse.Namespace) -> int:
+    return args.micro_batch if args.micro_batch is not None else args.batch_size
+
+
+def _model_config_file(model: str) -> Path | None:
+    path = Path(model)
+    return path / "config.json" if path.is_dir() else path if path.is_file() else None
+
+
+def check_outputs(args: argparse.Namespace) -> list[Path]:
+    """The files this run will write, each checked now: ``--out``, plus the page beside it
+    when ``--out`` ends in ``.json``. Never the model's config; never a file another tool
+    wrote unless ``--force``; always in a directory that can be written."""
+    from torch_neuronx.plan.html import is_plan_page
+    from torch_neuronx.plan.render import is_plan_json
+    from torch_neuronx.runtime.errors import ConfigError
+    from torch_neuronx.runtime.staged_files import unwritable_reason
+
+    out = Path(args.out)
+    targets = [out] + ([out.with_suffix(".html")] if out.suffix.lower() == ".json" else [])
+    source = _model_config_file(args.model)
+    for target, recognised in zip(targets, (is_plan_json, is_plan_page)):
+        what = "--out" if target is out else f"the page beside --out, {target},"
+        if source is not None and target.resolve() == source.resolve():
+            raise ConfigError(f"{what} {target} is the model config being planned: plan never writes over its "
+                              "input; choose another --out")
+        problem = unwritable_reason(target)
+        if problem:
+            raise ConfigError(f"{what} {target} {problem}")
+        if target.exists() and not args.force and not recognised(target):
+            raise ConfigError(f"{what} {target} exists and was not written by torchneuron plan; pass --force "
+                              "to replace it, or choose another --out")
+    return targets
+
+
+def _warn_past_context(planner, args: argparse.Namespace) -> None:
+    context = getattr(planner.config, "max_position_embeddings", None)
+    tokens = _seq_len(args) + (args.output_len if args.infer else 0)
+    if context and tokens > context:
+        print(f"warning: {tokens:,} tokens per sequence is past the model's context of {context:,} "
+              "(max_position_embeddings): the plan extrapolates a length the model was not built for",
+              file=sys.stderr)
+
+
+def _previous(targets: list[Path]) -> str:
+    """What an interrupted or failed run leaves, for its one-line message."""
+    kept = [str(t) for t in targets if t.exists()]
+    return f"{' and '.join(kept)} kept as before" if kept else "nothing written"
+
+
+def _publish(plan: dict, targets: list[Path]) -> None:
+    """Stage every output, then publish them together; an OSError leaves the previous ones."""
+    from torch_neuronx.plan.html import render_html
+    from torch_neuronx.plan.render import json_text
+    from torch_neuronx.runtime.errors import ConfigError
+    from torch_neuronx.runtime.staged_files import StagedFiles
+
+    texts = [json_text(plan)]  # strict JSON first: a non-finite figure fails before anything is staged
+    if len(targets) > 1:
+        texts.append(render_html(plan, json_name=targets[0].name))
+    with StagedFiles() as files:
+        try:
+            for target, text in zip(reversed(targets), reversed(texts)):  # the page first, the JSON last
+                files.write_text(target, text)
+            files.publish()
+        except OSError as exc:
+            raise ConfigError(f"cannot write {exc.filename}: {exc.strerror or exc}; "
+                              f"{_previous(targets)}") from None
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from torch_neuronx.plan.validate import validate
 
     doc = Path(args.docs) if args.docs else None
     _, _, markdown = validate(retrace=args.retrace, doc=doc)
     print(markdown)
     if doc is not None:
-        Console().print(f"wrote the table into {doc}")
+        print(f"wrote the table into {doc}")
     return 0
 
 
@@ -30,9 +140,8 @@ def _layout(args: argparse.Namespace, planner):
         dp, shard = args.fsdp, "fsdp"
     else:
         dp, shard = args.dp or 1, args.shard or "fsdp"
-    batch = args.micro_batch if args.micro_batch is not None else args.batch_size
     lnc = args.lnc or planner.profile.default_lnc
-    return Layout(args.tp, dp, batch, args.activation_checkpointing, lnc, args.instances, pp=args.pp,
+    return Layout(args.tp, dp, _batch(args), args.activation_checkpointing, lnc, args.instances, pp=args.pp,
                   shard=shard, global_batch=args.global_batch, sequence_parallel=args.sequence_parallel)
 
 
@@ -40,29 +149,34 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from torch_neuronx.plan import Planner
-    from torch_neuronx.plan.html import render_html
-    from torch_neuronx.plan.render import show, show_sweep, write_json
+    from torch_neuronx.plan.render import show, show_sweep
     from torch_neuronx.runtime.errors import ConfigError
+    from torch_neuronx.runtime.interrupts import interrupt_signal
 
     if args.validate:
         return _validate(args)
     if args.model is None:
         raise ConfigError("plan needs a MODEL (or --validate)")
-    seq_len = args.input_len if args.infer and args.input_len is not None else args.seq_len
-    planner = Planner(args.model, args.instance, seq_len, "infer" if args.infer else "train",
-                      args.precision or args.dtype or "bf16", args.output_len, args.price_per_hour, args.mode)
-    layout = _layout(args, planner)
-    console = Console()
-    plan = planner.plan(layout)
-    show(plan, console)
-    if args.sweep:
-        plan["sweep"] = planner.sweep(layout)
-        show_sweep(plan["sweep"], console)
-    out = Path(args.out)
-    write_json(plan, out)
-    page = out.with_suffix(".html")
-    page.write_text(render_html(plan), encoding="utf-8")
-    console.print(f"wrote {out} and {page}")
+    check_arguments(args)
+    targets = check_outputs(args)
+    try:  # SIGTERM arrives as an interrupt too (cli/main.py)
+        planner = Planner(args.model, args.instance, _seq_len(args), "infer" if args.infer else "train",
+                          args.precision or args.dtype or "bf16", args.output_len, args.price_per_hour, args.mode)
+        layout = _layout(args, planner)
+        planner.check(layout)
+        _warn_past_context(planner, args)
+        console = Console()
+        plan = planner.plan(layout)
+        show(plan, console)
+        if args.sweep:
+            plan["sweep"] = planner.sweep(layout)
+            show_sweep(plan["sweep"], console)
+        _publish(plan, targets)
+    except KeyboardInterrupt as exc:
+        signum = interrupt_signal(exc)
+        print(f"error: interrupted by {signum.name}; {_previous(targets)}", file=sys.stderr)
+        return 128 + signum
+    console.print(f"wrote {' and '.join(map(str, targets))}")
     return 0
 
 
@@ -70,7 +184,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("plan", help="size a training or inference job on Trainium without allocating it",
                        description="Per-rank HBM, first-run compilations, projected step time, tokens/s, MFU "
                        "and cost of a TP × PP × DP layout (training) or TTFT and time per output token "
-                       "(inference), in compiled or eager mode. Exit code 2 on bad input.")
+                       "(inference), in compiled or eager mode. Exit code 2 on bad input; 130 / 143 when "
+                       "interrupted by SIGINT / SIGTERM (the previous plan is kept).")
     p.add_argument("model", nargs="?", help="a config.json, a checkpoint directory, or a bundled config "
                                             "(llama-3-8b, llama-3.1-70b, bert-large-uncased, ...)")
     p.add_argument("--instance", default="trn2.48xlarge", help="instance type (default trn2.48xlarge)")
@@ -83,7 +198,8 @@ def add_parser(sub) -> None:
                    help="what data parallelism shards: fsdp (parameters, gradients, optimizer state), "
                         "zero1 (optimizer state), none (default fsdp)")
     p.add_argument("--fsdp", type=int, default=None, help="same as --dp F --shard fsdp")
-    p.add_argument("--seq-len", type=int, default=2048, help="training sequence length (default 2048)")
+    p.add_argument("--seq-len", type=int, default=2048,
+                   help=f"training sequence length (default 2048, at most {MAX_SEQ_LEN:,})")
     p.add_argument("--micro-batch", type=int, default=None, help="sequences per data-parallel rank per micro-step")
     p.add_argument("--global-batch", type=int, default=None,
                    help="sequences per optimizer step; must be a multiple of micro-batch × dp "
@@ -112,7 +228,11 @@ def add_parser(sub) -> None:
     p.add_argument("--price-per-hour", type=float, default=None, help="USD per instance-hour (default: price table)")
     p.add_argument("--sweep", action="store_true",
                    help="rank fitting TP × DP × micro-batch layouts by cost per token")
-    p.add_argument("--out", default="plan.json", help="where to write the plan (default plan.json; the page goes beside it as .html)")
+    p.add_argument("--out", default="plan.json",
+                   help="where to write the plan (default plan.json); an --out ending in .json also gets the "
+                        "page beside it (plan.html), any other name only that file")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out (or page) that torchneuron plan did not write")
     p.add_argument("--retrace", action="store_true", help="with --validate: trace the published rows again")
     p.add_argument("--docs", default="docs/projection.md",
                    help="with --validate: the document whose generated section gets the table "

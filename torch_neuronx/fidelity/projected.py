@@ -74,8 +74,7 @@ def reconfigure(topology) -> None:
     """Another instance or LNC: a fresh projector (graphs compiled before are no longer
     counted; eager signatures change key with the target, so they are projected anew;
     queued ones are projected for the new target)."""
-    device = projection.get_projector().device
-    if (device.instance, device.lnc) == (topology.profile.name, topology.lnc):
+    if projection.target() == (topology.profile.name, topology.lnc):
         return
     projection.configure(topology.profile, topology.lnc)
     with _lock:

@@ -19,7 +19,6 @@ import datetime
 import os
 import platform
 import signal
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -28,6 +27,7 @@ import torch
 
 from ..runtime.errors import ConfigError
 from ..runtime.errors import first_line
+from ..runtime.interrupts import interrupt_signal, sigterm_as_interrupt
 from . import compiler, perf
 from .config import PilotConfig, PilotError
 from .device import is_emulated, resolve_device, set_core_capacity, use_instance
@@ -44,28 +44,6 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
 class StepError(Exception):
     """A step could not complete; the pilot records it and goes on with the next step."""
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C (SIGINT)."""
-
-    signum = signal.SIGTERM
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    if threading.current_thread() is not threading.main_thread():  # handlers live in the main thread only
-        yield
-        return
-
-    def raise_terminated(_signum, _frame):
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _versions() -> dict:
@@ -162,10 +140,10 @@ class PilotRun:
         self.workdir = staging.dir
         hf_logging.disable_progress_bar()  # our progress bars are the console's
         try:
-            with _sigterm_as_interrupt():
+            with sigterm_as_interrupt():
                 self._run_and_record()
         except KeyboardInterrupt as exc:
-            return self._interrupted(staging, getattr(exc, "signum", signal.SIGINT))
+            return self._interrupted(staging, interrupt_signal(exc))
         staging.publish()
         self.ui.summary(self.report.to_json(), self.out)
         return self.report.exit_code

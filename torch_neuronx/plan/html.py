@@ -2,12 +2,15 @@
 (its CSS, markup helpers and embedded matplotlib figures)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..pilot.report.html import CSS
 from ..pilot.report.markup import badge, e, img, table
 from ..pilot.report.plots import plt, png
 from .render import SWEEP_COLUMNS, band_note, headline, memory_rows, sweep_cells, time_rows
 
 GiB = 2**30
+TITLE = "<title>TorchNeuron plan</title>"  # how a rerun recognises a page it may replace
 
 
 def _memory_chart(memory: dict) -> str:
@@ -24,13 +27,23 @@ def _memory_chart(memory: dict) -> str:
     return png(fig)
 
 
-def render_html(plan: dict) -> str:
+def is_plan_page(path: Path) -> bool:
+    """Whether ``path`` is a page written by ``torchneuron plan`` (which a rerun may replace)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(512)
+    except OSError:
+        return False
+    return head.startswith("<!doctype html>") and TITLE in head
+
+
+def render_html(plan: dict, json_name: str = "plan.json") -> str:
     mem = plan["memory"]
     status = "passed" if mem["fits"] else "failed"
     verdict = badge(status).replace(">passed<", ">fits<").replace(">failed<", ">does not fit<")
     rows = [[e(f), e(v), verdict if f.startswith("HBM: total") else e(how)] for f, v, how in memory_rows(plan)]
     timing = [[e(f), e(v), e(how)] for f, v, how in time_rows(plan)]
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>TorchNeuron plan</title>"
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'>{TITLE}"
              f"<style>{CSS}</style></head><body>",
              f"<h1>TorchNeuron plan: {e(plan['model'])} {badge(status)}</h1>",
              f"<p class='muted'>{e(headline(plan))}</p>",
@@ -45,6 +58,6 @@ def render_html(plan: dict) -> str:
     if plan.get("sweep"):
         parts.append("<h2>Sweep: fitting layouts, cheapest per token first (projected)</h2>")
         parts.append(table(list(SWEEP_COLUMNS), [sweep_cells(r) for r in plan["sweep"]]))
-    parts.append("<p class='muted'>Machine-readable data: plan.json (same directory). See docs/plan.md.</p>"
+    parts.append(f"<p class='muted'>Machine-readable data: {e(json_name)} (same directory). See docs/plan.md.</p>"
                  "</body></html>")
     return "\n".join(parts)

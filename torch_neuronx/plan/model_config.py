@@ -8,6 +8,9 @@ from pathlib import Path
 from ..runtime.errors import ConfigError
 
 BUNDLED_DIR = Path(__file__).with_name("configs")
+# the sizes a plan divides by or multiplies with; a zero or negative one is a broken config
+SIZE_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+               "intermediate_size", "vocab_size", "head_dim")
 
 
 def bundled_names() -> list[str]:
@@ -33,12 +36,19 @@ def load_config(model: str):
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
-    model_type = data.pop("model_type", None)
+    if not isinstance(data, dict) or not data.get("model_type"):
+        raise ConfigError(f"{path} has no \"model_type\": plan needs a Transformers config.json "
+                          "(e.g. \"model_type\": \"llama\")")
+    for field in SIZE_FIELDS:
+        n = data.get(field)
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ConfigError(f"{path}: {field} = {n!r} must be a whole number >= 1")
+    model_type = data.pop("model_type")
     try:
         config = AutoConfig.for_model(model_type, **data)
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, ArithmeticError) as exc:
         raise ConfigError(f"{path}: unknown or unsupported model type {model_type!r} "
-                          f"({str(exc).splitlines()[0]})") from None
+                          f"({str(exc).splitlines()[0][:200]})") from None
     return config
 
 

@@ -16,9 +16,22 @@ def _usd(x: float | None, digits: int = 4) -> str:
     return "no price" if x is None else f"${x:,.{digits}f}"
 
 
-def write_json(data: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+# the sections every plan.json has: how a rerun recognises a file it may replace
+PLAN_KEYS = frozenset({"model", "instance", "layout", "memory", "time"})
+
+
+def json_text(plan: dict) -> str:
+    """``plan.json``'s text: strict JSON (a NaN or infinite figure is a ValueError, not ``NaN``)."""
+    return json.dumps(plan, indent=2, default=str, allow_nan=False) + "\n"
+
+
+def is_plan_json(path: Path) -> bool:
+    """Whether ``path`` holds a plan written by ``torchneuron plan`` (which a rerun may replace)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and PLAN_KEYS <= data.keys()
 
 
 def headline(plan: dict) -> str:

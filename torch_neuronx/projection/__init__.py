@@ -29,31 +29,38 @@ __all__ = [
     "graph_compile_seconds", "project_compile",
     "ProjectionError", "ProjectionMode", "Projector", "active_calibration", "chrome_trace",
     "collective_seconds", "configure", "defaults", "device_model", "engine_of", "get_projector", "link_for_ranks",
-    "load_calibration", "price", "reset", "snapshot", "write_chrome_trace",
+    "load_calibration", "price", "reset", "snapshot", "target", "write_chrome_trace",
 ]
 
 _default: Projector | None = None
+_target: tuple = (None, None)  # (instance, lnc) of the process's projector, built at first use
 _default_lock = threading.Lock()
 
 
 def get_projector() -> Projector:
     """The process's projector (instance, LNC and calibration from the environment),
-    the one the eager accounting and the compile backend feed."""
+    the one the eager accounting and the compile backend feed. Built at first use, so
+    a calibration file it cannot read is raised here, never at ``import torch``."""
     global _default
     with _default_lock:
         if _default is None:
-            _default = Projector()
+            _default = Projector(*_target)
         return _default
 
 
-def configure(instance=None, lnc: int | None = None) -> Projector:
-    """Make a fresh projector for ``instance`` (a name or profile) at ``lnc`` the process's
-    (``torch_neuronx.reconfigure`` switches target); what the old one projected is dropped."""
-    global _default
-    projector = Projector(instance, lnc)
+def configure(instance=None, lnc: int | None = None) -> None:
+    """Make the process's projector one for ``instance`` (a name or profile) at ``lnc``
+    (``torch_neuronx.reconfigure`` switches target); what the old one projected is dropped.
+    The projector itself is built at first use (:func:`get_projector`)."""
+    global _default, _target
     with _default_lock:
-        _default = projector
-    return projector
+        _default, _target = None, (instance, lnc)
+
+
+def target() -> tuple[str | None, int | None]:
+    """The instance name and LNC :func:`configure` chose, without building the projector."""
+    instance, lnc = _target
+    return getattr(instance, "name", instance), lnc
 
 
 def snapshot(**kwargs) -> dict:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import os
 from pathlib import Path
 
+from ..runtime.errors import ConfigError
 from ..runtime.settings import get_str
 from .hardware import ENGINES, LINKS, load_data
 
@@ -49,8 +51,8 @@ def defaults() -> Calibration:
 
 
 def _number(where: str, value, low: float, high: float | None, low_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CalibrationError(f"{where} must be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise CalibrationError(f"{where} must be a finite number, got {value!r}")
     too_low = value <= low if low_open else value < low
     if too_low or (high is not None and value > high):
         bound = f"in ({low}, {high}]" if low_open else f">= {low}" + (f" and <= {high}" if high else "")
@@ -134,6 +136,14 @@ def load_calibration(path: os.PathLike | str) -> Calibration:
 
 
 def active_calibration() -> Calibration:
-    """The calibration named by ``TORCHNEURON_PROJECTION_CALIBRATION``, else the defaults."""
+    """The calibration named by ``TORCHNEURON_PROJECTION_CALIBRATION``, else the defaults.
+
+    Read when a projector is first used, never at ``import torch``; a file it cannot
+    use is a one-line ``ConfigError`` naming the variable."""
     path = get_str("TORCHNEURON_PROJECTION_CALIBRATION")
-    return load_calibration(path) if path else defaults()
+    if not path:
+        return defaults()
+    try:
+        return load_calibration(path)
+    except CalibrationError as exc:
+        raise ConfigError(f"TORCHNEURON_PROJECTION_CALIBRATION={path}: {exc}") from None

@@ -9,6 +9,7 @@ logical NeuronCore of the chosen instance, under the calibration in force.
 """
 from __future__ import annotations
 
+import math
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -208,6 +209,8 @@ class Projector:
         (idle cores are paid for too), plus the first-run compile hours."""
         if step_seconds < 0 or steps < 0 or compile_seconds < 0 or instances < 1:
             raise ProjectionError("seconds, steps and compile seconds must be >= 0, instances >= 1")
+        if price_per_hour is not None and not (math.isfinite(price_per_hour) and price_per_hour >= 0):
+            raise ProjectionError(f"price_per_hour={price_per_hour} must be a finite number >= 0")
         p = self.price(price_per_hour)
         run = step_seconds * steps
         usd = (lambda s: None) if p.usd_per_hour is None else (lambda s: p.usd(s) * instances)

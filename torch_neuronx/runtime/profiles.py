@@ -69,12 +69,14 @@ class Topology:
 
 
 def get_profile(name: str | None = None) -> InstanceProfile:
+    """The profile called ``name``, else ``TORCHNEURON_INSTANCE``'s; the error names whichever was used."""
+    given = f"instance {name!r}" if name else None
     name = name or settings.get_str("TORCHNEURON_INSTANCE")
     try:
         return PROFILES[name]
     except KeyError:
         raise ConfigError(
-            f"TORCHNEURON_INSTANCE={name!r} is not a known instance profile; "
+            f"{given or f'TORCHNEURON_INSTANCE={name!r}'} is not a known instance profile; "
             f"choose one of {', '.join(PROFILES)}"
         ) from None
 

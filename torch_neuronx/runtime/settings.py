@@ -188,7 +188,9 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
     _S("TORCHNEURON_PROJECTION_CALIBRATION", "str", None,
        "a calibration JSON (efficiency factors, launch overheads, link latencies, per-op overrides) "
        "replacing the defaults of the **projected** device time "
-       "([projection](projection.md#calibrating-from-one-measured-run))", "ours",
+       "([projection](projection.md#calibrating-from-one-measured-run)); read when the projection is "
+       "first used (`metrics()`, `torchneuron info`, `plan`), never at `import torch`: a missing or "
+       "corrupt file, or an out-of-range, NaN or infinite figure, is one line naming this variable", "ours",
        "projection/calibration.py", default_text="unset"),
     # --- NKI ---------------------------------------------------------------------
     _S("NEURON_PLATFORM_TARGET_OVERRIDE", "str", None,
