@@ -210,7 +210,7 @@ def test_json_is_strict_and_cost_refuses_a_non_finite_price():
     for bad in (math.nan, math.inf, -1.0):
         with pytest.raises(ValueError, match="price_per_hour"):
             projector.cost(1.0, price_per_hour=bad)
-    assert projector.cost(3600.0, price_per_hour=2.0)["run_usd"] == pytest.approx(2.0)
+    assert projector.cost(3600.0, price_per_hour=2.0).run_usd == pytest.approx(2.0)
 
 
 def test_staging_helpers_publish_whole_files(tmp_path):

@@ -35,7 +35,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     price = args.price_per_hour
     if price is not None and not (math.isfinite(price) and price > 0):
         raise ConfigError(f"--price-per-hour must be a positive, finite number of USD (got {price})")
-    for flag, value in (("--seq-len/--input-len", _seq_len(args)), ("--output-len", args.output_len)):
+    sequence_flag = "--input-len" if args.infer and args.input_len is not None else "--seq-len"
+    for flag, value in ((sequence_flag, _seq_len(args)), ("--output-len/--decode-tokens", args.output_len)):
         if value > MAX_SEQ_LEN:
             raise ConfigError(f"{flag} {value:,} is above the limit of {MAX_SEQ_LEN:,} tokens "
                               "(longer than any published context window)")
