@@ -65,16 +65,27 @@ def table_markdown(factors, table: list[fit.ValidationRow], rows: list[published
     return "\n".join(lines)
 
 
-def write_docs(markdown: str, doc: Path) -> None:
-    text = doc.read_text(encoding="utf-8")
+def _doc_text(doc: Path) -> str:
+    """The document's text, checked to hold the generated-section markers."""
+    try:
+        text = doc.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {doc}: {exc.strerror or exc} (pass --docs PATH, or --docs '' to skip)") \
+            from None
     if BEGIN not in text or END not in text:
         raise ConfigError(f"{doc} has no generated-section markers ({BEGIN} … {END})")
-    head, rest = text.split(BEGIN, 1)
+    return text
+
+
+def write_docs(markdown: str, doc: Path) -> None:
+    head, rest = _doc_text(doc).split(BEGIN, 1)
     doc.write_text(head + BEGIN + "\n" + markdown + "\n" + END + rest.split(END, 1)[1], encoding="utf-8")
 
 
 def validate(retrace: bool = False, doc: Path | None = None, write: bool = True):
     """Fit, print-ready table and (``write``) the factors file and the docs section."""
+    if write and doc is not None:
+        _doc_text(doc)  # a bad document is one line, before anything is traced or written
     rows = published.published_rows()
     if retrace:
         published.save_work(trace_rows(rows))
