@@ -57,8 +57,7 @@ class _Trainer:
         return time.perf_counter() - start, value
 
 
-def _projection_metrics(first: dict | None, first_s: float, steady: dict | None, steady_s: float,
-                        steps: int) -> dict:
+def _projection_metrics(first: dict | None, first_s: float, steady: dict | None, steady_s: float) -> dict:
     """The projected step time and the projection's own host cost relative to the eager step
     (on backends with a device model; every ``projected_`` figure is a projection, every
     ``projection_`` figure a host measurement of the projection's overhead): inside the
@@ -66,7 +65,8 @@ def _projection_metrics(first: dict | None, first_s: float, steady: dict | None,
     the queued signatures when the figures are read, outside the steps)."""
     if first is None or steady is None:
         return {}
-    return {"projected_step_ms": steady["seconds"] / steps * 1e3,
+    return {"projected_step_ms": steady["cost"].step_seconds * 1e3,
+            "projected_step_usd": steady["cost"].run_usd,
             "projected_mfu_pct": (steady["mfu"] or 0.0) * 100,
             "projection_in_first_step_pct": first["in_run_seconds"] / first_s * 100,
             "projection_in_steady_steps_pct": steady["in_run_seconds"] / steady_s * 100,
@@ -89,8 +89,8 @@ def train(adapter, size: Size) -> dict:
         seconds, loss = trainer.step(token_batch(size, size.seq, step))
         steady.append(seconds * 1e3)
         losses.append(loss)
-    projection = _projection_metrics(first_projected, first_s, adapter.projected(mark), sum(steady) / 1e3,
-                                     size.train_steps)
+    projection = _projection_metrics(first_projected, first_s, adapter.projected(mark, size.train_steps),
+                                     sum(steady) / 1e3)
     return {
         "metrics": {
             "first_step_ms": first_s * 1e3,

@@ -117,10 +117,10 @@ def compiled_graphs() -> list[projection.GraphProgram]:
     return [projection.GraphProgram(g.graph_node_count, g.stablehlo_op_count) for g in unique.values()]
 
 
-def section(steps: int | None = None, price_per_hour: float | None = None) -> dict:
+def section(steps: int = 1, price_per_hour: float | None = None) -> dict:
     """The projection of everything this process ran since the last reset, with the
-    first-run compile of its distinct kernel signatures and graphs (and, with ``steps``,
-    its cost with the whole run as one step).
+    first-run compile of its distinct kernel signatures and graphs, and its cost
+    (``steps`` runs of the whole; default one).
 
     Signatures the projector never saw (run before the listener was installed,
     or whose projection failed) are counted under ``unprojected_calls``.
