@@ -225,3 +225,16 @@ def test_staging_helpers_publish_whole_files(tmp_path):
             raise RuntimeError("stopped before publishing")
     assert (tmp_path / "a.txt").read_text() == "old a" and not (tmp_path / "sub" / "b.txt").exists()
     assert _files(tmp_path) == {"a.txt", "sub"} and not os.listdir(tmp_path / "sub")
+
+
+def test_an_interrupt_waits_for_the_files_being_published():
+    """Publishing is never cut half-way: SIGINT/SIGTERM are held back until the renames are done."""
+    from torch_neuronx.runtime.interrupts import signals_held
+
+    reached = False
+    with pytest.raises(KeyboardInterrupt):
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            reached = True
+    assert reached

@@ -100,24 +100,22 @@ def _previous(targets: list[Path]) -> str:
     return f"{' and '.join(kept)} kept as before" if kept else "nothing written"
 
 
-def _publish(plan: dict, targets: list[Path]) -> None:
-    """Stage every output, then publish them together; an OSError leaves the previous ones."""
+def _publish(plan: dict, targets: list[Path], files) -> None:
+    """Stage every output in ``files`` (a ``StagedFiles``), then publish them together; an
+    OSError leaves the previous ones."""
     from torch_neuronx.plan.html import render_html
     from torch_neuronx.plan.render import json_text
     from torch_neuronx.runtime.errors import ConfigError
-    from torch_neuronx.runtime.staged_files import StagedFiles
 
     texts = [json_text(plan)]  # strict JSON first: a non-finite figure fails before anything is staged
     if len(targets) > 1:
         texts.append(render_html(plan, json_name=targets[0].name))
-    with StagedFiles() as files:
-        try:
-            for target, text in zip(reversed(targets), reversed(texts)):  # the page first, the JSON last
-                files.write_text(target, text)
-            files.publish()
-        except OSError as exc:
-            raise ConfigError(f"cannot write {exc.filename}: {exc.strerror or exc}; "
-                              f"{_previous(targets)}") from None
+    try:
+        for target, text in zip(reversed(targets), reversed(texts)):  # the page first, the JSON last
+            files.write_text(target, text)
+        files.publish()
+    except OSError as exc:
+        raise ConfigError(f"cannot write {exc.filename}: {exc.strerror or exc}; {_previous(targets)}") from None
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -153,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
     from torch_neuronx.plan.render import show, show_sweep
     from torch_neuronx.runtime.errors import ConfigError
     from torch_neuronx.runtime.interrupts import interrupt_signal
+    from torch_neuronx.runtime.staged_files import StagedFiles
 
     if args.validate:
         return _validate(args)
@@ -160,24 +159,28 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("plan needs a MODEL (or --validate)")
     check_arguments(args)
     targets = check_outputs(args)
-    try:  # SIGTERM arrives as an interrupt too (cli/main.py)
-        planner = Planner(args.model, args.instance, _seq_len(args), "infer" if args.infer else "train",
-                          args.precision or args.dtype or "bf16", args.output_len, args.price_per_hour, args.mode)
-        layout = _layout(args, planner)
-        planner.check(layout)
-        _warn_past_context(planner, args)
-        console = Console()
-        plan = planner.plan(layout)
-        show(plan, console)
-        if args.sweep:
-            plan["sweep"] = planner.sweep(layout)
-            show_sweep(plan["sweep"], console)
-        _publish(plan, targets)
-    except KeyboardInterrupt as exc:
-        signum = interrupt_signal(exc)
-        print(f"error: interrupted by {signum.name}; {_previous(targets)}", file=sys.stderr)
-        return 128 + signum
-    console.print(f"wrote {' and '.join(map(str, targets))}")
+    written = " and ".join(map(str, targets))
+    with StagedFiles() as files:
+        try:  # SIGTERM arrives as an interrupt too (cli/main.py)
+            planner = Planner(args.model, args.instance, _seq_len(args), "infer" if args.infer else "train",
+                              args.precision or args.dtype or "bf16", args.output_len, args.price_per_hour,
+                              args.mode)
+            layout = _layout(args, planner)
+            planner.check(layout)
+            _warn_past_context(planner, args)
+            console = Console()
+            plan = planner.plan(layout)
+            show(plan, console)
+            if args.sweep:
+                plan["sweep"] = planner.sweep(layout)
+                show_sweep(plan["sweep"], console)
+            _publish(plan, targets, files)
+            console.print(f"wrote {written}")
+        except KeyboardInterrupt as exc:  # held back while publishing, so either before it or after
+            signum = interrupt_signal(exc)
+            outcome = f"{written} already written" if files.published else _previous(targets)
+            print(f"error: interrupted by {signum.name}; {outcome}", file=sys.stderr)
+            return 128 + signum
     return 0
 
 

@@ -28,6 +28,7 @@ import torch
 from ..runtime.errors import ConfigError
 from ..runtime.errors import first_line
 from ..runtime.interrupts import interrupt_signal, sigterm_as_interrupt
+from ..runtime.staged_files import write_text_whole
 from . import compiler, perf
 from .config import PilotConfig, PilotError
 from .device import is_emulated, resolve_device, set_core_capacity, use_instance
@@ -44,6 +45,10 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
 class StepError(Exception):
     """A step could not complete; the pilot records it and goes on with the next step."""
+
+
+class ReportNotWritten(Exception):
+    """The report cannot be written (a full disk): the run stops, nothing is published."""
 
 
 def _versions() -> dict:
@@ -116,11 +121,10 @@ class PilotRun:
     def write(self) -> None:
         """Write the report as it stands into the run's directory (published when the run ends)."""
         self.report.duration_seconds = time.perf_counter() - self.started
-        text = to_json_text(self.report)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        tmp = self.workdir / "report.json.tmp"
-        tmp.write_text(text)
-        tmp.replace(self.workdir / "report.json")
+        try:
+            write_text_whole(self.workdir / "report.json", to_json_text(self.report))
+        except OSError as exc:
+            raise ReportNotWritten(exc.strerror or str(exc)) from None
 
     def write_html(self) -> None:
         from .report.html import render_html
@@ -144,6 +148,10 @@ class PilotRun:
                 self._run_and_record()
         except KeyboardInterrupt as exc:
             return self._interrupted(staging, interrupt_signal(exc))
+        except ReportNotWritten as exc:
+            staging.discard()
+            self.ui.error(f"cannot write the report in {self.out}: {exc}; the previous report is kept")
+            return EXIT_BAD_INPUT
         staging.publish()
         self.ui.summary(self.report.to_json(), self.out)
         return self.report.exit_code
@@ -161,6 +169,8 @@ class PilotRun:
         except torch.OutOfMemoryError as exc:
             err = out_of_memory(getattr(self, "device", self.cfg.device), exc)
             self._abort(err.kind, str(err), EXIT_BAD_INPUT)
+        except ReportNotWritten:
+            raise
         except Exception as exc:
             self._abort("internal", f"internal error: {first_line(exc)}", EXIT_INTERNAL,
                         traceback.format_exc(limit=12))

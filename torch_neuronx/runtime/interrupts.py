@@ -39,10 +39,19 @@ def interrupt_signal(exc: KeyboardInterrupt) -> signal.Signals:
 @contextlib.contextmanager
 def signals_held():
     """Hold SIGINT and SIGTERM back for a block that must not stop half-way (publishing
-    files); a signal that arrives meanwhile is delivered when the block ends."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    files); a signal that arrives meanwhile is raised as its interrupt when the block ends.
+    (Python handlers, not a signal mask: the mask is per thread, and torch's threads would
+    take the signal for the process.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, lambda signum, _frame: arrived.append(signum)) for signum in held}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if arrived:
+        raise Terminated() if arrived[0] == signal.SIGTERM else KeyboardInterrupt()

@@ -47,6 +47,7 @@ class StagedFiles:
 
     def __init__(self) -> None:
         self.staged: list[tuple[Path, Path]] = []  # (temporary file, target)
+        self.published = False  # every staged file is in place (an interrupt held back may follow)
 
     def write_text(self, target: os.PathLike | str, text: str) -> None:
         target = Path(target)
@@ -69,6 +70,7 @@ class StagedFiles:
             for tmp, target in self.staged:
                 os.replace(tmp, target)
             self.staged.clear()
+            self.published = True
 
     def discard(self) -> None:
         for tmp, _ in self.staged:
