@@ -191,12 +191,9 @@ class Projector:
                               + graphs["launch_overhead_seconds"],
                               flops=int(flops), mfu=self.mfu(flops, seconds))
 
-    def compile(self, eager_kernels: int = 0, graphs: Iterable[GraphProgram] | None = None) -> CompileProjection:
+    def compile(self, eager_kernels: int = 0, graphs: Iterable[GraphProgram] = ()) -> CompileProjection:
         """First-run (empty NEFF cache) compile time of ``eager_kernels`` distinct kernel
-        signatures and of ``graphs`` (default: every graph added to this projector)."""
-        if graphs is None:
-            with self._lock:
-                graphs = [GraphProgram(kernels=g.nodes) for g in self.graphs.values()]
+        signatures and of ``graphs`` (the compile model of ``compile_time.py``)."""
         return project_compile(eager_kernels, graphs)
 
     def price(self, price_per_hour: float | None = None) -> Price:
@@ -231,7 +228,7 @@ class Projector:
 
     def snapshot(self, calls: Mapping[str, int] | None = None, graph_runs: Mapping[str, int] | None = None,
                  collectives: Iterable[CollectiveRecord] | Mapping[CollectiveRecord, int] = (),
-                 eager_kernels: int | None = None, graphs: Iterable[GraphProgram] | None = None,
+                 eager_kernels: int | None = None, graphs: Iterable[GraphProgram] = (),
                  steps: int | None = None, price_per_hour: float | None = None) -> dict:
         """One JSON-serialisable projection of a run, for ``metrics()``, the pilot and the
         benchmarks: the breakdowns (eager by op and engine, graphs, collectives) and the
