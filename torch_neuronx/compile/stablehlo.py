@@ -335,6 +335,16 @@ def _scalar_as_tensor(tensor_form: torch._ops.OpOverload) -> Callable[[torch.Ten
     return as_tensor
 
 
+def _topk_sorted(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    """``topk(sorted=False)`` as ``topk(sorted=True)``: torch-mlir 20261001 lowers only the
+    sorted form and leaves the ``False`` flag unconverted; "unsorted" leaves the order to the
+    kernel, so a sorted result is a valid one (MoE routers of GLM-4 MoE, DeepSeek-V3 pass False).
+    """
+    if sorted:
+        return NotImplemented  # already the form torch-mlir lowers: trace the op itself
+    return torch.ops.aten.topk.default(x, k, dim, largest, True)
+
+
 _SCALAR_FORMS = {
     torch.ops.aten.fmod.Scalar: torch.ops.aten.fmod.Tensor,
     torch.ops.aten.bitwise_or.Scalar: torch.ops.aten.bitwise_or.Tensor,
@@ -347,10 +357,11 @@ _SCALAR_FORMS = {
 @functools.cache
 def _graph_op_decompositions() -> dict:
     """What Dynamo and AOTAutograd put in a graph that torch-mlir's table leaves alone:
-    Inductor's ``prims.fma``, the foreach ops and the Scalar forms of :data:`_SCALAR_FORMS`."""
+    Inductor's ``prims.fma``, the foreach ops, unsorted ``topk`` and the Scalar forms of
+    :data:`_SCALAR_FORMS`."""
     from torch._inductor import inductor_prims
 
-    return {**_foreach_decompositions(), inductor_prims.fma: _fma,
+    return {**_foreach_decompositions(), inductor_prims.fma: _fma, torch.ops.aten.topk.default: _topk_sorted,
             **{scalar: _scalar_as_tensor(tensor) for scalar, tensor in _SCALAR_FORMS.items()}}
 
 
