@@ -30,6 +30,7 @@ from torch._guards import CompileContext, detect_fake_mode
 from torch._inductor import config as inductor_config
 from torch._inductor.compile_fx import compile_fx_inner, partition_fn
 from torch._inductor.decomposition import select_decomp_table
+from torch._inductor.virtualized import V
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from ..fidelity import projected
@@ -111,8 +112,9 @@ def _us_since(start: float) -> float:
 
 def _lower(gm: torch.fx.GraphModule, record: NeuronCompilationMetrics) -> stablehlo.Lowered | None:
     """``gm`` in StableHLO; None when not checked (switched off, torch-mlir absent or failing
-    without a cause). When torch-mlir fails without naming an op, the graph's kernels are
-    lowered one by one: one that does not lower alone fails the graph, named."""
+    without a cause). When torch-mlir fails without naming an op (or names only a constant it
+    left unconverted), the graph's kernels are lowered one by one: one that does not lower
+    alone fails the graph, named."""
     if not get_flag("TORCHNEURON_LOWER_GRAPHS"):
         record.lowering = "not checked (TORCHNEURON_LOWER_GRAPHS=0)"
         return None
@@ -124,7 +126,7 @@ def _lower(gm: torch.fx.GraphModule, record: NeuronCompilationMetrics) -> stable
     try:
         return stablehlo.lower_fx_graph(gm)  # function "main": the key must not depend on the AOT counter
     except stablehlo.LoweringError as exc:
-        if exc.unsupported:
+        if exc.unsupported and exc.names_op:
             raise
         failing = kernel_lowering.kernels_not_lowering(gm)
         if failing:
@@ -309,7 +311,10 @@ def neuron_backend(
     inputs, copied = _copy_cpu_inputs_to_device(example_inputs)
     start = time.perf_counter()
     try:
-        compiled = _aot_neuron(settings)(gm, inputs)
+        # Inductor's joint-graph passes (its partitioner's) read the fake mode from V, as inside
+        # compile_fx: without it, fusing the seeds of a graph with dropout fails.
+        with V.set_fake_mode(detect_fake_mode(inputs)):
+            compiled = _aot_neuron(settings)(gm, inputs)
     except Exception as exc:
         if not settings.fallback:
             if isinstance(exc, NEFFCompilationError):
