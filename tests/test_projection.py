@@ -373,6 +373,16 @@ def test_calibration_replaces_defaults(tmp_path, monkeypatch):
     assert P.active_calibration().efficiency["tensor"] == 0.5
 
 
+def test_retired_compile_seconds_per_graph_is_ignored_with_one_warning(tmp_path):
+    """Older calibration files still load: the retired field changes nothing and says so once."""
+    with pytest.warns(UserWarning, match=r"compile_seconds_per_graph is ignored") as caught:
+        old = calibration_file(tmp_path, efficiency={"tensor": 0.5}, compile_seconds_per_graph=40.0)
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    assert not hasattr(old, "compile_seconds_per_graph") and old.efficiency["tensor"] == 0.5
+    proj = P.Projector("trn2.3xlarge", calibration=old)
+    assert proj.compile(eager_kernels=3).seconds == P.project_compile(eager_kernels=3).seconds
+
+
 @pytest.mark.parametrize("fields,message", [
     ({"efficiency": {"tensor": 0}}, r"efficiency.tensor = 0 must be in \(0, 1\]"),
     ({"efficiency": {"tensor": 1.5}}, "must be in"),

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 import os
+import warnings
 from pathlib import Path
 
 from ..runtime.errors import ConfigError
@@ -22,6 +23,7 @@ CALIBRATION_SCHEMA = 1
 EFFICIENCY_KEYS = ENGINES[:-1] + ("hbm", "dma", "link")  # dma-class kernels use the dma bandwidth
 LAUNCH_KEYS = ("eager", "graph")
 OP_OVERRIDE_KEYS = ("engine", "efficiency", "launch_seconds")
+RETIRED_FIELDS = ("compile_seconds_per_graph",)  # older files: read, ignored, warned about once per load
 
 
 class CalibrationError(ValueError):
@@ -33,7 +35,6 @@ class Calibration:
     efficiency: dict[str, float]
     launch_seconds: dict[str, float]
     link_latency_seconds: dict[str, float]
-    compile_seconds_per_graph: float
     graph_engine_overlap: bool
     link_bytes_per_s: dict[str, float] = dataclasses.field(default_factory=dict)  # overrides the data
     ops: dict[str, dict] = dataclasses.field(default_factory=dict)  # per-op overrides
@@ -46,8 +47,7 @@ class Calibration:
 
 def defaults() -> Calibration:
     d = copy.deepcopy(load_data()["defaults"])
-    return Calibration(d["efficiency"], d["launch_seconds"], d["link_latency_seconds"],
-                       d["compile_seconds_per_graph"], d["graph_engine_overlap"])
+    return Calibration(d["efficiency"], d["launch_seconds"], d["link_latency_seconds"], d["graph_engine_overlap"])
 
 
 def _number(where: str, value, low: float, high: float | None, low_open: bool = False) -> float:
@@ -105,10 +105,14 @@ def load_calibration(path: os.PathLike | str) -> Calibration:
         raise CalibrationError(
             f"calibration file {path} must be an object with \"schema\": {CALIBRATION_SCHEMA}")
     known = {"schema", "measured_on", "efficiency", "launch_seconds", "link_latency_seconds",
-             "link_bytes_per_s", "compile_seconds_per_graph", "graph_engine_overlap", "ops"}
-    unknown = set(raw) - known
+             "link_bytes_per_s", "graph_engine_overlap", "ops"}
+    unknown = set(raw) - known - set(RETIRED_FIELDS)
     if unknown:
         raise CalibrationError(f"calibration file {path} has unknown field(s) {sorted(unknown)}")
+    retired = sorted(set(raw) & set(RETIRED_FIELDS))
+    if retired:
+        warnings.warn(f"calibration file {path}: {', '.join(retired)} is ignored (compile time is the "
+                      "compile_time model of hardware.json; docs/projection.md)", stacklevel=2)
     base = defaults()
     where = path.name
     overlap = raw.get("graph_engine_overlap", base.graph_engine_overlap)
@@ -123,9 +127,6 @@ def load_calibration(path: os.PathLike | str) -> Calibration:
         link_latency_seconds={**base.link_latency_seconds,
                               **_table(f"{where}: link_latency_seconds", raw.get("link_latency_seconds", {}),
                                        LINKS, 0, None)},
-        compile_seconds_per_graph=_number(f"{where}: compile_seconds_per_graph",
-                                          raw.get("compile_seconds_per_graph", base.compile_seconds_per_graph),
-                                          0, None),
         graph_engine_overlap=overlap,
         link_bytes_per_s=_table(f"{where}: link_bytes_per_s", raw.get("link_bytes_per_s", {}), LINKS,
                                 0, None, True),
