@@ -76,6 +76,12 @@ def test_pilot_on_neuron_passes_and_matches_cpu(neuron_report):
     cost = steps["cost"]["data"]
     job = cost["generation"]["eager"]
     assert job["cost_usd"] == pytest.approx(job["seconds"] * 1.5 / 3600)
+    # every projected figure carries its band; eager work has none and says why (issue 24 item 5)
+    projected = shape["projected"]
+    assert projected["error_band"]["relative"] is None and "eager" in projected["error_band"]["basis"]
+    assert cost["projected"]["generation"]["eager"]["error_band"] == projected["error_band"]
+    assert perf["projected_training"]["cost"]["error_band"]["relative"] is None
+    assert "(no band)" in steps["performance"]["summary"]
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") >= 4 and "http" not in html.split("<body>")[0]
 

@@ -36,6 +36,7 @@ def _projected_performance(projector, price_per_hour=None):
             "prefill_tokens_per_second": 1.0, "decode_tokens_per_second": 2.0, "flops": 10, "mfu": 0.01}
     perf.generation["eager"]["projected"] = {"label": "projected", "ttft_seconds": _dist(1.5e-3),
                                              "per_token_seconds": _dist(3e-4)}
+    performance.add_bands(perf.generation["eager"], "eager")
     window = _window()
     perf.projected_training = performance.project_training(window, 3, 2, projector, price_per_hour)
     perf.projection = {"eager": {"by_op": window.eager_by_op}}
@@ -101,11 +102,39 @@ def test_project_training_and_the_performance_html(projector):
     t = perf.projected_training
     assert (t["seconds_per_step"], t["samples_per_second"], t["mfu"], t["kernel_signatures"]) == (
         pytest.approx(0.01), pytest.approx(200.0), 0.02, 7)
-    assert t["compile"] == projector.compile(eager_kernels=7, graphs=()).to_dict()
+    assert t["compile"] == {**projector.compile(eager_kernels=7, graphs=()).to_dict(),
+                            "error_band": {"relative": None, "basis": performance.COMPILE_TIME_BASIS}}
+    # the fine-tune runs eagerly: AWS publishes nothing to hold it against, and it says so
+    assert t["error_band"] == t["cost"]["error_band"] == {"relative": None, "basis": performance.EAGER_BASIS}
     assert t["cost"]["run_usd"] == pytest.approx(0.03 * 3.6 / 3600)
     assert performance.project_training(_window(seconds=0.0), 3, 2, projector) is None
     html = performance.html(perf.to_data())
     assert "projected TTFT p50 ms" in html and "host TTFT p50 ms" in html
     assert html.count("data:image/png;base64,") == 3  # latency, projected vs host, projected per op
     assert performance.summary(perf) == ("eager: TTFT p50 200.0 ms, per token p50 50.0 ms (host); "
-                                         "projected TTFT p50 1.500 ms")
+                                         "projected TTFT p50 1.500 ms (no band)")
+    assert "no band: none: eager execution" in html
+
+
+def test_compiled_figures_carry_the_published_band_and_eager_ones_say_why(projector):
+    """Issue 24 item 5: the pilot's projected figures of compiled requests carry the plan's
+    leave-one-out band (TTFT: the prefill figure's; per token, requests and their cost: the
+    decode figure's); eager ones carry none, with the reason, in report data, summary and HTML."""
+    perf = _projected_performance(projector, price_per_hour=3.6)
+    perf.generation["compile"] = perf.generation.pop("eager")
+    performance.add_bands(perf.generation["compile"], "compile")
+    ttft, tpot = P.error_band("ttft_seconds"), P.error_band("tpot_seconds")
+    for projected in [s["projected"] for s in perf.generation["compile"]["shapes"].values()] + [
+            perf.generation["compile"]["projected"]]:
+        assert projected["ttft_error_band"] == {"relative": ttft.fraction, "basis": ttft.text()}
+        assert projected["error_band"] == {"relative": tpot.fraction, "basis": tpot.text()}
+    assert f"projected TTFT p50 1.500 ms (±{ttft.fraction:.0%})" in performance.summary(perf)
+    html = performance.html(perf.to_data())
+    assert f"TTFT ±{ttft.fraction:.0%}, rest ±{tpot.fraction:.0%}" in html and ttft.text() in html
+    result = cost.run(cost.price_for("neuron", 3.6, projector.device.instance), "emulated", 5, "neuron",
+                      _compilation(), perf, None, projector=projector, user_price=3.6)
+    job = result.projected["generation"]["compile"]
+    assert job["error_band"]["relative"] == tpot.fraction  # a request's cost: mostly decode
+    assert f"per 1M generated tokens (±{tpot.fraction:.0%})" in cost.summary(result)
+    assert result.projected["training_run"]["error_band"]["relative"] is None  # the fine-tune ran eagerly
+    assert tpot.text() in cost.html(result.to_data())

@@ -249,6 +249,28 @@ def test_graph_counts_only_its_own_inputs_and_outputs(trn2):
         trn2.graphs_summary({"other": 1})
 
 
+def test_fitted_graph_is_the_plans_graph_work_spill_included(monkeypatch):
+    """With no calibration file the process projects with the factors fitted on published results,
+    and a compiled graph costs what the plan's ``GraphWork`` does: its I/O plus the fitted share
+    of the intermediates its eager kernels would move (the ``_Pointwise`` graph: 2 of 4 tensors)."""
+    from torch_neuronx.projection import job
+
+    monkeypatch.delenv("TORCHNEURON_PROJECTION_CALIBRATION", raising=False)
+    f = P.fitted_factors()
+    proj = P.Projector("trn2.3xlarge")
+    assert proj.calibration.efficiency["hbm"] == f.hbm_efficiency and proj.calibration.graph_spill_fraction == f.spill_fraction
+    x = torch.randn(1 << 20)
+    g = proj.add_graph("pointwise", torch.fx.symbolic_trace(_Pointwise()), [x])
+    size = 4 * (1 << 20)
+    assert (g.bytes, g.intermediate_bytes) == (2 * size, 4 * size)  # relu, mul, add: 6 tensors moved eagerly
+    hbm = proj.device.hbm_bytes_per_s
+    assert g.seconds == pytest.approx((2 * size + f.spill_fraction * 4 * size) / (hbm * f.hbm_efficiency))
+    work = job.GraphWork("pointwise", 0, 0.0, max(g.engine_seconds.values()), g.bytes, g.intermediate_bytes, hbm, 3)
+    assert proj.graphs_summary({"pointwise": 1})["device_seconds"] == pytest.approx(work.seconds(f))
+    assert P.Projector("trn2.3xlarge", calibration=P.defaults()).add_graph(
+        "pointwise", torch.fx.symbolic_trace(_Pointwise()), [x]).seconds < g.seconds  # bare defaults: no spill
+
+
 def test_graph_flops_match_eager_flops_and_aten_graphs_work(trn2):
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 16))
     x = torch.randn(32, 64)

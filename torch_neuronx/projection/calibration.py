@@ -38,6 +38,9 @@ class Calibration:
     graph_engine_overlap: bool
     link_bytes_per_s: dict[str, float] = dataclasses.field(default_factory=dict)  # overrides the data
     ops: dict[str, dict] = dataclasses.field(default_factory=dict)  # per-op overrides
+    # share of a graph's intermediate traffic (its eager kernels' bytes beyond its own I/O) still
+    # moved to HBM; 0 = everything stays on chip. Fitted on published results (job.Factors).
+    graph_spill_fraction: float = 0.0
     source: str = "defaults (assumptions; see docs/projection.md)"
 
     def op_override(self, op: str) -> dict:
@@ -137,13 +140,17 @@ def load_calibration(path: os.PathLike | str) -> Calibration:
 
 
 def active_calibration() -> Calibration:
-    """The calibration named by ``TORCHNEURON_PROJECTION_CALIBRATION``, else the defaults.
+    """The calibration named by ``TORCHNEURON_PROJECTION_CALIBRATION``, else the defaults with
+    the factors fitted on AWS's published results in force (``fitted_factors.json``): the plan,
+    the pilot and ``metrics()`` then project with one set of factors, the one the error band
+    (``projection.error_band``) was measured on.
 
     Read when a projector is first used, never at ``import torch``; a file it cannot
     use is a one-line ``ConfigError`` naming the variable."""
     path = get_str("TORCHNEURON_PROJECTION_CALIBRATION")
     if not path:
-        return defaults()
+        from .job import fitted_factors  # job builds on this module
+        return fitted_factors().calibration(defaults())
     try:
         return load_calibration(path)
     except CalibrationError as exc:

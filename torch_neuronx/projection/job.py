@@ -44,6 +44,7 @@ class Factors:
                               "link": self.link_efficiency},
             launch_seconds={**base.launch_seconds, "graph": self.launch_seconds},
             link_latency_seconds=dict.fromkeys(LINKS, self.collective_step_seconds),
+            graph_spill_fraction=self.spill_fraction,
             source=f"factors fitted on published Trainium results ({FACTORS_FILE.name})")
 
 

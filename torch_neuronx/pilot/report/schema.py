@@ -15,8 +15,9 @@ import math
 from typing import Any
 
 SCHEMA_NAME = "torchneuron-pilot-report"
-SCHEMA_VERSION = "1.2"  # 1.1: status/kind "interrupted", kind "bad_tokenizer", inputs.tokenizer_note;
-# 1.2: projected figures (performance, cost.projected), environment.instance.price
+SCHEMA_VERSION = "1.3"  # 1.1: status/kind "interrupted", kind "bad_tokenizer", inputs.tokenizer_note;
+# 1.2: projected figures (performance, cost.projected), environment.instance.price;
+# 1.3: error_band / ttft_error_band {relative, basis} beside every projected figure
 
 # The procedure order; also the order of the HTML sections.
 STEP_ORDER = ("inputs", "numerics", "quality", "finetune", "checkpoint", "compilation", "performance", "cost")

@@ -17,7 +17,7 @@ from ...projection import LABEL, Price, price as price_table
 from ..report.markup import e, num, table
 from .compilation import CompilationResult
 from .finetune import FinetuneResult
-from .performance import PerformanceResult
+from .performance import COMPILE_TIME_BASIS, PerformanceResult, band_notes, band_text, error_band
 
 TITLE = "Cost"
 
@@ -82,7 +82,8 @@ def _projected(gen_tokens: int, performance: PerformanceResult, projector, user_
             run = projector.cost(shape["projected"]["request_seconds"]["p50"], 1, user_price)
             tokens = shape["batch_size"] * gen_tokens
             jobs[mode] = {"seconds": run.run_seconds, "generated_tokens": tokens, "cost_usd": run.run_usd,
-                          "cost_per_million_tokens_usd": _per_token(run.run_usd, tokens)}
+                          "cost_per_million_tokens_usd": _per_token(run.run_usd, tokens),
+                          "error_band": shape["projected"]["error_band"]}  # a request is mostly decode
     training = performance.projected_training
     if not jobs and training is None:
         return None
@@ -102,7 +103,8 @@ def _projected_compiles(compilation: CompilationResult, projector, user_price: f
         if c is None or projector is None:
             continue
         priced = projector.cost(0.0, 0, user_price, c["seconds"])
-        out[mode] = {"seconds": c["seconds"], "cost_usd": priced.compile_usd, "basis": c["basis"]}
+        out[mode] = {"seconds": c["seconds"], "cost_usd": priced.compile_usd, "basis": c["basis"],
+                     "error_band": {"relative": None, "basis": COMPILE_TIME_BASIS}}
     return out
 
 
@@ -146,7 +148,8 @@ def summary(r: CostResult) -> str:
     if not projected:
         return host
     return host + "; projected: " + "; ".join(
-        f"{m}: ${j['cost_per_million_tokens_usd']:.4f} per 1M generated tokens" for m, j in projected.items())
+        f"{m}: ${j['cost_per_million_tokens_usd']:.4f} per 1M generated tokens ({band_text(j['error_band'])})"
+        for m, j in projected.items())
 
 
 def html(data: dict) -> str:
@@ -166,7 +169,8 @@ def html(data: dict) -> str:
     rows = [["measured cold-call overhead (this run, host)", num(co.get("measured_cold_seconds"), "{:.2f}"),
              num(co.get("measured_cold_cost_usd"), "${:.8f}"), "host measurement"]]
     rows += [[f"projected first-run neuronx-cc time, {e(mode)}", num(c["seconds"], "{:.1f}"),
-              num(c["cost_usd"], "${:.8f}"), e(c["basis"])] for mode, c in co.get("projected_first_run", {}).items()]
+              num(c["cost_usd"], "${:.8f}"), e(f"{c['basis']}; {band_text(c['error_band'])}: {c['error_band']['basis']}")]
+             for mode, c in co.get("projected_first_run", {}).items()]
     out.append(table(["compile overhead", "seconds", "cost", "basis"], rows))
     out.append(_projected_html(data.get("projected")))
     return "".join(out)
@@ -177,15 +181,18 @@ def _projected_html(projected: dict | None) -> str:
         return ""
     out = ["<h3>Projected on Trainium</h3>"]
     rows = [[e(mode), num(j["seconds"], "{:.6f}"), num(j["cost_usd"], "${:.10f}"),
-             num(j["cost_per_million_tokens_usd"], "${:.4f}")] for mode, j in projected["generation"].items()]
+             num(j["cost_per_million_tokens_usd"], "${:.4f}"), e(band_text(j["error_band"]))]
+            for mode, j in projected["generation"].items()]
     if rows:
         out.append(table(["mode", "projected seconds per request", "projected cost per request",
-                          "projected per 1M generated tokens"], rows))
+                          "projected per 1M generated tokens", "error band"], rows))
     t = projected.get("training_run")
     if t:
         out.append(table(["job", "projected run seconds", "projected first-run compile seconds",
-                          "projected cost (run + compile)"],
+                          "projected cost (run + compile)", "error band"],
                          [[e(t["job"]), num(t["run_seconds"], "{:.4f}"), num(t["compile_seconds"], "{:.1f}"),
-                           num(t["total_usd"], "${:.6f}")]]))
+                           num(t["total_usd"], "${:.6f}"), e(band_text(t["error_band"]))]]))
         out.append(f"<p class='muted'>compile basis: {e(t['compile_basis'])}</p>")
+    out.append(band_notes([j["error_band"] for j in projected["generation"].values()]
+                          + ([t["error_band"]] if t else [])))
     return "".join(out)
