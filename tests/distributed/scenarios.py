@@ -555,8 +555,9 @@ def projected_collectives():
     summary = P.snapshot()["collectives"]
     device = P.device_model()
     ring = (world - 1) / world
-    bandwidth = device.link_bytes_per_s["chip"] * P.defaults().efficiency["link"]
-    seconds = P.defaults().link_latency_seconds["chip"] * (world - 1) * 4 \
+    cal = P.get_projector().calibration  # the calibration in force (the fitted factors unless a file is named)
+    bandwidth = device.link_bytes_per_s["chip"] * cal.efficiency["link"]
+    seconds = cal.link_latency_seconds["chip"] * (world - 1) * 4 \
         + ring * (2 * 4096 + 4096 + 4096 * world) / bandwidth
     assert abs(summary["seconds"] - seconds) <= 1e-9 * seconds, (summary, seconds)
     dist.destroy_process_group()
