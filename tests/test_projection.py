@@ -258,7 +258,8 @@ def test_fitted_graph_is_the_plans_graph_work_spill_included(monkeypatch):
     monkeypatch.delenv("TORCHNEURON_PROJECTION_CALIBRATION", raising=False)
     f = P.fitted_factors()
     proj = P.Projector("trn2.3xlarge")
-    assert proj.calibration.efficiency["hbm"] == f.hbm_efficiency and proj.calibration.graph_spill_fraction == f.spill_fraction
+    cal = proj.calibration
+    assert (cal.efficiency["hbm"], cal.graph_spill_fraction) == (f.hbm_efficiency, f.spill_fraction)
     x = torch.randn(1 << 20)
     g = proj.add_graph("pointwise", torch.fx.symbolic_trace(_Pointwise()), [x])
     size = 4 * (1 << 20)

@@ -17,7 +17,7 @@ from ...projection import LABEL, Price, price as price_table
 from ..report.markup import e, num, table
 from .compilation import CompilationResult
 from .finetune import FinetuneResult
-from .performance import COMPILE_TIME_BASIS, PerformanceResult, band_notes, band_text, error_band
+from .performance import COMPILE_TIME_BASIS, PerformanceResult, band_note, band_notes, band_text
 
 TITLE = "Cost"
 
@@ -169,7 +169,7 @@ def html(data: dict) -> str:
     rows = [["measured cold-call overhead (this run, host)", num(co.get("measured_cold_seconds"), "{:.2f}"),
              num(co.get("measured_cold_cost_usd"), "${:.8f}"), "host measurement"]]
     rows += [[f"projected first-run neuronx-cc time, {e(mode)}", num(c["seconds"], "{:.1f}"),
-              num(c["cost_usd"], "${:.8f}"), e(f"{c['basis']}; {band_text(c['error_band'])}: {c['error_band']['basis']}")]
+              num(c["cost_usd"], "${:.8f}"), e(f"{c['basis']}; {band_note(c['error_band'])}")]
              for mode, c in co.get("projected_first_run", {}).items()]
     out.append(table(["compile overhead", "seconds", "cost", "basis"], rows))
     out.append(_projected_html(data.get("projected")))

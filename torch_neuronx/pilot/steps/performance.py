@@ -34,9 +34,9 @@ class PerformanceResult:
         return data
 
 
-EAGER_BASIS = ("none: eager execution; AWS publishes no eager Trainium result to hold the projection against "
+EAGER_BASIS = ("eager execution: AWS publishes no eager Trainium result to hold the projection against "
                "(the band is measured on compiled graphs)")
-COMPILE_TIME_BASIS = "none: AWS publishes no first-run compile times to hold the compile model against"
+COMPILE_TIME_BASIS = "AWS publishes no first-run compile times to hold the compile model against"
 
 
 def error_band(figure: str, mode: str) -> dict:
@@ -169,7 +169,12 @@ def _projected_html(data: dict) -> str:
     return "".join(out)
 
 
+def band_note(band: dict) -> str:
+    """Where a ± comes from (its basis says it), or why there is none."""
+    return band["basis"] if band["relative"] is not None else f"no band: {band['basis']}"
+
+
 def band_notes(bands: list[dict]) -> str:
-    """One line per distinct band basis: where each ± (or its absence) comes from."""
-    notes = dict.fromkeys(f"{band_text(b)}: {b['basis']}" for b in bands)
+    """One line per distinct band."""
+    notes = dict.fromkeys(band_note(b) for b in bands)
     return "".join(f"<p class='muted'>{e(n)}</p>" for n in notes)
