@@ -32,7 +32,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     active_calibration()  # TORCHNEURON_PROJECTION_CALIBRATION, read now rather than after the trace
     if args.instance not in PROFILES:
         raise UsageError(f"--instance {args.instance!r} is not a known instance profile; "
-                          f"choose one of {', '.join(PROFILES)}")
+                         f"choose one of {', '.join(PROFILES)}")
     price = args.price_per_hour
     if price is not None and not (math.isfinite(price) and price > 0):
         raise UsageError(f"--price-per-hour must be a positive, finite number of USD (got {price})")
@@ -40,10 +40,10 @@ def check_arguments(args: argparse.Namespace) -> None:
     for flag, value in ((sequence_flag, _seq_len(args)), ("--output-len/--decode-tokens", args.output_len)):
         if value > MAX_SEQ_LEN:
             raise UsageError(f"{flag} {value:,} is above the limit of {MAX_SEQ_LEN:,} tokens "
-                              "(longer than any published context window)")
+                             "(longer than any published context window)")
     if _batch(args) * _seq_len(args) > MAX_TOKENS_PER_RANK:
         raise UsageError(f"batch {_batch(args):,} × sequence {_seq_len(args):,} is above the limit of "
-                          f"{MAX_TOKENS_PER_RANK:,} tokens per rank per step")
+                         f"{MAX_TOKENS_PER_RANK:,} tokens per rank per step")
 
 
 def _seq_len(args: argparse.Namespace) -> int:
@@ -76,13 +76,13 @@ def check_outputs(args: argparse.Namespace) -> list[Path]:
         what = "--out" if target is out else f"the page beside --out, {target},"
         if source is not None and target.resolve() == source.resolve():
             raise UsageError(f"{what} {target} is the model config being planned: plan never writes over its "
-                              "input; choose another --out")
+                             "input; choose another --out")
         problem = unwritable_reason(target)
         if problem:
             raise UsageError(f"{what} {target} {problem}")
         if target.exists() and not args.force and not recognised(target):
             raise UsageError(f"{what} {target} exists and was not written by torchneuron plan; pass --force "
-                              "to replace it, or choose another --out")
+                             "to replace it, or choose another --out")
     return targets
 
 
