@@ -1,6 +1,7 @@
 """The package layers hold as configured in `[tool.importlinter]` (pyproject.toml): import-linter
 checks every layer of the contract, every package of torch_neuronx sits in one of them (a new
-package left out would be unchecked), and ARCHITECTURE.md states the same order."""
+package left out would be unchecked), no wildcard hides an import, and ARCHITECTURE.md states
+the same order."""
 import re
 import subprocess
 import sys
@@ -28,6 +29,12 @@ def test_every_package_sits_in_a_layer():
     layered = set().union(*_layers())
     assert sorted(packages - layered) == [], "packages outside the layers contract"
     assert sorted(layered - packages) == [], "layers naming no package"
+
+
+def test_no_import_is_ignored_but_the_extension_home():
+    """A wildcard would hide a lower layer importing an upper one; only the module that
+    imports the C++ extension (seen as an import of the root package) may reach the root."""
+    assert _contract().get("ignore_imports", []) == ["torch_neuronx.runtime.extension -> torch_neuronx"]
 
 
 def test_architecture_states_the_configured_order():

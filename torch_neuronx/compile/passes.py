@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import torch
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
-from .. import _C
+from ..runtime.extension import _C
 
 DEVICE = "neuron"
 _CPU = torch.device("cpu")

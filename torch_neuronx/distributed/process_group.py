@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
-from .. import _C
+from ..runtime.extension import _C
 from ..runtime import settings
 from ..projection.collectives import COLLECTIVE_LOG
 from .faults import DistributedFault, PeerTable

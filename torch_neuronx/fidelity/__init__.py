@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import atexit
 
-from .. import _C
+from ..runtime.extension import _C
 from ..runtime import log, settings
 from . import kernel_key as _kernel_key
 from . import listeners as _listeners

@@ -18,7 +18,7 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
-from .. import _C
+from ..runtime.extension import _C
 
 
 @dataclass(frozen=True)

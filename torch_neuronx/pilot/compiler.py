@@ -59,7 +59,7 @@ def signature_keys(device: torch.device) -> set[str]:
     """The kernel signatures run since the last metrics reset (neuron only: elsewhere none)."""
     if device.type != "neuron":
         return set()
-    from torch_neuronx import _C
+    from ..runtime.extension import _C
 
     return {key for key, n in _C._signature_calls().items() if n}
 
