@@ -200,7 +200,8 @@ def test_schema_validation_rejects_broken_reports(neuron_report):
 @pytest.mark.parametrize("optimizer, schedule, flagged", [("sgd", "linear", True), ("sgd", "constant", False),
                                                           ("adamw", "cosine", False)])
 def test_finetune_flags_a_learning_rate_the_real_product_compiles_by_value(optimizer, schedule, flagged):
-    """SGD with a rate that changes every step recompiles its update on Trainium (notes §1, §2);
+    """SGD with a rate that changes every step recompiles its update on Trainium
+    (alpha of _foreach_add_ is static: TR python_ops/torch_mlir/ops/foreach_ops.py:120);
     the fine-tune step fails a check naming the op, the argument and the remedy."""
     from torch_neuronx.pilot.config import TOLERANCES
     from torch_neuronx.pilot.steps import finetune

@@ -13,7 +13,7 @@ from torch_neuronx.plan.sharding import meta_model
 from torch_neuronx.projection import CollectiveRecord
 from torch_neuronx.projection.job import (CommWork, Factors, GraphWork, InferenceWork, TrainingWork,
                                           accumulation_steps, inference_time, pipeline_bubble, training_time)
-from torch_neuronx.runtime.errors import ConfigError
+from torch_neuronx.runtime.errors import UsageError
 from torch_neuronx.testing.tiny_models import tiny_config
 
 # round numbers so every expected figure below can be worked out by hand
@@ -67,7 +67,7 @@ def test_ttft_and_time_per_output_token_by_hand():
 def test_accumulation_steps_and_bad_global_batch():
     assert accumulation_steps(1024, 1, 64) == 16
     assert accumulation_steps(1024, 16, 32) == 2
-    with pytest.raises(ConfigError, match="not divisible by --micro-batch 2 × --dp 3 = 6"):
+    with pytest.raises(UsageError, match="not divisible by --micro-batch 2 × --dp 3 = 6"):
         accumulation_steps(1024, 2, 3)
 
 
@@ -147,7 +147,7 @@ def test_encoder_plans_at_tp1_and_refuses_tp2(tmp_path):
     plan = planner.plan(Layout(1, 4, 2, False, 1, 1, shard="zero1", global_batch=16))
     assert plan["model_type"] == "bert" and plan["time"]["micro_batches"] == 2
     assert plan["time"]["step_seconds"] > 0 and plan["memory"]["bytes"]["activations_peak"] > 0
-    assert "no tensor-parallel plan" in str(pytest.raises(ConfigError, planner.check,
+    assert "no tensor-parallel plan" in str(pytest.raises(UsageError, planner.check,
                                                           Layout(2, 1, 1, False, 1, 1)).value)
 
 

@@ -177,7 +177,7 @@ def collectives():
     out_splits = [(s + rank) % 3 + 1 for s in range(world)]          # what s sends me
     inp = torch.randn(sum(in_splits), 2)
     out = torch.empty(sum(out_splits), 2, device=dev)
-    # Uneven splits: the real product's error (notes §9) unless the switch allows them.
+    # Uneven splits: the real product's error (TR distributed/backend.py:1378-1446) unless the switch allows them.
     _raises(NotImplementedError, "alltoall_base: Only even split sizes are supported. Got output_split_sizes",
             lambda: dist.all_to_all_single(out, inp.to(dev), out_splits, in_splits))
     os.environ["TORCHNEURON_ALLOW_UNSUPPORTED_COLLECTIVES"] = "1"

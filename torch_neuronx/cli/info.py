@@ -94,12 +94,14 @@ def _fidelity_rows(fidelity: dict) -> list[tuple[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from torch_neuronx.runtime.exit_codes import ExitCode
+
     info = collect()
     if args.json:
         print(json.dumps(info, indent=2))
     else:
         render(info)
-    return 0
+    return ExitCode.SUCCESS
 
 
 def add_parser(sub) -> None:

@@ -3,8 +3,9 @@ layout, without allocating the model; ``--validate``: the projection against AWS
 Trainium results. See docs/plan.md.
 
 Every argument is checked before any work (:func:`check_arguments`, :func:`check_outputs`):
-a bad one is one line and exit 2. The outputs are staged and published whole, so an error,
-a full disk or an interrupt (exit 130 / 143) leaves the previous plan intact.
+a bad one is one line and ``ExitCode.USER_ERROR``. The outputs are staged and published whole,
+so an error, a full disk or an interrupt (``INTERRUPTED`` / ``TERMINATED``) leaves the previous
+plan intact.
 """
 from __future__ import annotations
 
@@ -22,27 +23,27 @@ MAX_TOKENS_PER_RANK = 2**24
 
 
 def check_arguments(args: argparse.Namespace) -> None:
-    """Raise a one-line ``ConfigError`` for a flag value (or calibration file) no plan can use,
+    """Raise a one-line ``UsageError`` for a flag value (or calibration file) no plan can use,
     before the model is read. Extend it when adding a flag."""
     from torch_neuronx.projection import active_calibration
-    from torch_neuronx.runtime.errors import ConfigError
+    from torch_neuronx.runtime.errors import UsageError
     from torch_neuronx.runtime.profiles import PROFILES
 
     active_calibration()  # TORCHNEURON_PROJECTION_CALIBRATION, read now rather than after the trace
     if args.instance not in PROFILES:
-        raise ConfigError(f"--instance {args.instance!r} is not a known instance profile; "
-                          f"choose one of {', '.join(PROFILES)}")
+        raise UsageError(f"--instance {args.instance!r} is not a known instance profile; "
+                         f"choose one of {', '.join(PROFILES)}")
     price = args.price_per_hour
     if price is not None and not (math.isfinite(price) and price > 0):
-        raise ConfigError(f"--price-per-hour must be a positive, finite number of USD (got {price})")
+        raise UsageError(f"--price-per-hour must be a positive, finite number of USD (got {price})")
     sequence_flag = "--input-len" if args.infer and args.input_len is not None else "--seq-len"
     for flag, value in ((sequence_flag, _seq_len(args)), ("--output-len/--decode-tokens", args.output_len)):
         if value > MAX_SEQ_LEN:
-            raise ConfigError(f"{flag} {value:,} is above the limit of {MAX_SEQ_LEN:,} tokens "
-                              "(longer than any published context window)")
+            raise UsageError(f"{flag} {value:,} is above the limit of {MAX_SEQ_LEN:,} tokens "
+                             "(longer than any published context window)")
     if _batch(args) * _seq_len(args) > MAX_TOKENS_PER_RANK:
-        raise ConfigError(f"batch {_batch(args):,} × sequence {_seq_len(args):,} is above the limit of "
-                          f"{MAX_TOKENS_PER_RANK:,} tokens per rank per step")
+        raise UsageError(f"batch {_batch(args):,} × sequence {_seq_len(args):,} is above the limit of "
+                         f"{MAX_TOKENS_PER_RANK:,} tokens per rank per step")
 
 
 def _seq_len(args: argparse.Namespace) -> int:
@@ -65,7 +66,7 @@ def check_outputs(args: argparse.Namespace) -> list[Path]:
     wrote unless ``--force``; always in a directory that can be written."""
     from torch_neuronx.plan.html import is_plan_page
     from torch_neuronx.plan.render import is_plan_json
-    from torch_neuronx.runtime.errors import ConfigError
+    from torch_neuronx.runtime.errors import UsageError
     from torch_neuronx.runtime.staged_files import unwritable_reason
 
     out = Path(args.out)
@@ -74,14 +75,14 @@ def check_outputs(args: argparse.Namespace) -> list[Path]:
     for target, recognised in zip(targets, (is_plan_json, is_plan_page)):
         what = "--out" if target is out else f"the page beside --out, {target},"
         if source is not None and target.resolve() == source.resolve():
-            raise ConfigError(f"{what} {target} is the model config being planned: plan never writes over its "
-                              "input; choose another --out")
+            raise UsageError(f"{what} {target} is the model config being planned: plan never writes over its "
+                             "input; choose another --out")
         problem = unwritable_reason(target)
         if problem:
-            raise ConfigError(f"{what} {target} {problem}")
+            raise UsageError(f"{what} {target} {problem}")
         if target.exists() and not args.force and not recognised(target):
-            raise ConfigError(f"{what} {target} exists and was not written by torchneuron plan; pass --force "
-                              "to replace it, or choose another --out")
+            raise UsageError(f"{what} {target} exists and was not written by torchneuron plan; pass --force "
+                             "to replace it, or choose another --out")
     return targets
 
 
@@ -105,7 +106,7 @@ def _publish(plan: dict, targets: list[Path], files) -> None:
     OSError leaves the previous ones."""
     from torch_neuronx.plan.html import render_html
     from torch_neuronx.plan.render import json_text
-    from torch_neuronx.runtime.errors import ConfigError
+    from torch_neuronx.runtime.errors import UsageError
 
     texts = [json_text(plan)]  # strict JSON first: a non-finite figure fails before anything is staged
     if len(targets) > 1:
@@ -115,27 +116,28 @@ def _publish(plan: dict, targets: list[Path], files) -> None:
             files.write_text(target, text)
         files.publish()
     except OSError as exc:
-        raise ConfigError(f"cannot write {exc.filename}: {exc.strerror or exc}; {_previous(targets)}") from None
+        raise UsageError(f"cannot write {exc.filename}: {exc.strerror or exc}; {_previous(targets)}") from None
 
 
 def _validate(args: argparse.Namespace) -> int:
     from torch_neuronx.plan.validate import validate
+    from torch_neuronx.runtime.exit_codes import ExitCode
 
     doc = Path(args.docs) if args.docs else None
     _, _, markdown = validate(retrace=args.retrace, doc=doc)
     print(markdown)
     if doc is not None:
         print(f"wrote the table into {doc}")
-    return 0
+    return ExitCode.SUCCESS
 
 
 def _layout(args: argparse.Namespace, planner):
     from torch_neuronx.plan import Layout
-    from torch_neuronx.runtime.errors import ConfigError
+    from torch_neuronx.runtime.errors import UsageError
 
     if args.fsdp is not None:
         if args.dp is not None and args.dp != args.fsdp or args.shard not in (None, "fsdp"):
-            raise ConfigError("--fsdp F means --dp F --shard fsdp: give one or the other")
+            raise UsageError("--fsdp F means --dp F --shard fsdp: give one or the other")
         dp, shard = args.fsdp, "fsdp"
     else:
         dp, shard = args.dp or 1, args.shard or "fsdp"
@@ -149,14 +151,15 @@ def run(args: argparse.Namespace) -> int:
 
     from torch_neuronx.plan import Planner
     from torch_neuronx.plan.render import show, show_sweep
-    from torch_neuronx.runtime.errors import ConfigError
+    from torch_neuronx.runtime.errors import UsageError
+    from torch_neuronx.runtime.exit_codes import ExitCode, interrupted_by
     from torch_neuronx.runtime.interrupts import interrupt_signal
     from torch_neuronx.runtime.staged_files import StagedFiles
 
     if args.validate:
         return _validate(args)
     if args.model is None:
-        raise ConfigError("plan needs a MODEL (or --validate)")
+        raise UsageError("plan needs a MODEL (or --validate)")
     check_arguments(args)
     targets = check_outputs(args)
     written = " and ".join(map(str, targets))
@@ -180,8 +183,8 @@ def run(args: argparse.Namespace) -> int:
             signum = interrupt_signal(exc)
             outcome = f"{written} already written" if files.published else _previous(targets)
             print(f"error: interrupted by {signum.name}; {outcome}", file=sys.stderr)
-            return 128 + signum
-    return 0
+            return interrupted_by(signum)
+    return ExitCode.SUCCESS
 
 
 def add_parser(sub) -> None:

@@ -68,8 +68,8 @@ def fallback_enabled(options: dict | None = None) -> bool:
 
     The ``fallback_execution`` compile option wins; otherwise
     ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION`` decides, default True (no
-    fallback) as in the Neuron 2.33 docs (the April source defaulted to False;
-    notes §3, §4).
+    fallback) as in the Neuron 2.33 docs (the April source defaulted to False:
+    TR ``neuron_dynamo_backend/backend.py:232-242``).
     """
     if options and options.get("fallback_execution") is not None:
         return bool(options["fallback_execution"])
@@ -99,7 +99,8 @@ def _graph_outputs(gm: torch.fx.GraphModule) -> list[Any]:
 
 
 def _graph_compiler_config() -> dict:
-    """The compiler suffix of a compiled graph's key: the eager one at ``-O2`` (notes §1, §3)."""
+    """The compiler suffix of a compiled graph's key: the eager one at ``-O2``
+    (TR ``torch_neuronx/csrc/core/KernelExecution.cpp:24-57``, ``NeuronCompiler.cpp:235-256``)."""
     from ..fidelity.accounting import compiler_config
 
     topology = torch.neuron.topology()
@@ -234,7 +235,7 @@ def _aot_neuron(settings: _Settings) -> Callable:
 
 def _settings(mode: str | None, options: dict | None) -> _Settings:
     if mode not in (None, "default"):
-        # The real backend's message, on each backend call (notes §3).
+        # The real backend's message, on each backend call (TR neuron_dynamo_backend/backend.py:289-293).
         _log.warning("Neuron backend does not support mode='%s', falling back to default mode.", mode)
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"options for backend='neuron' must be a dict or None, got {type(options).__name__}")
@@ -249,7 +250,8 @@ def _settings(mode: str | None, options: dict | None) -> _Settings:
 def _copy_cpu_inputs_to_device(
     example_inputs: Sequence[Any],
 ) -> tuple[list[Any], list[int]]:
-    """CPU tensor inputs are copied to the device, as the real executor does (notes §3);
+    """CPU tensor inputs are copied to the device, as the real executor does
+    (TR ``neuron_dynamo_backend/executor.py:95-112``);
     ``TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1`` makes them an error instead.
 
     0-dim CPU tensors stay where they are: PyTorch lets them mix with device

@@ -1,10 +1,11 @@
 """Lowering single eager kernels to StableHLO, as the real product does for every eager op.
 
 On Trainium an eager ATen op is traced with ``make_fx``, functionalised and
-lowered through torch-mlir to StableHLO before neuronx-cc compiles it (notes
-§1); an op that does not lower has no Neuron kernel and runs on the CPU
-(notes §4). :func:`lower_kernel` does that for one kernel signature on
-``meta`` tensors (no data, no device); :class:`KernelLoweringCollector` lowers
+lowered through torch-mlir to StableHLO before neuronx-cc compiles it (TR
+``python_ops/torch_mlir/kernel.py:808-986``); an op that does not lower has no
+Neuron kernel and runs on the CPU (TR ``csrc/core/NeuronBindings.cpp:232-246``).
+:func:`lower_kernel` does that for one kernel signature on ``meta`` tensors
+(no data, no device); :class:`KernelLoweringCollector` lowers
 each *new* signature once and reports, per op, what would fall back to CPU.
 It is opt-in (``TORCHNEURON_LOWER_EAGER=1`` or :func:`set_eager_lowering`):
 lowering costs milliseconds per new signature, and nothing per repeat.
@@ -231,7 +232,7 @@ class KernelLoweringCollector:
 
 
 def fallback_only_for_unimplemented() -> bool:
-    """The product's strictness switch (notes §4): exactly ``"1"`` turns a failure of an
+    """The product's strictness switch (TR ``python_ops/base.py:715-717``): exactly ``"1"`` turns a failure of an
     implemented op into an error instead of a CPU fallback; release builds default to ``"0"``.
     Every op of the emulator has a device kernel, so an op that does not lower is such a failure."""
     return get_str("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS") == "1"

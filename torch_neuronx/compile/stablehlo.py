@@ -1,7 +1,8 @@
 """Lowering ATen FX graphs to StableHLO with torch-mlir, as the real product does.
 
 On Trainium every compiled graph and every eager kernel goes ATen FX →
-torch-mlir → StableHLO → neuronx-cc (``torchneuron-source-2026-04.md`` §1, §3).
+torch-mlir → StableHLO → neuronx-cc (TR ``python_ops/torch_mlir/kernel.py:808-986``,
+``neuron_dynamo_backend/fx/fx_transform.py:184-237``).
 What torch-mlir cannot lower cannot run there, and the StableHLO text is what
 identifies a compiled graph. torch-mlir is an optional dependency (the
 ``stablehlo`` extra): without it nothing is checked, one warning says so, and
@@ -41,7 +42,8 @@ _warned_missing = False
 
 # Custom ops the real product hands to its compiler as custom calls instead of lowering them
 # (NKI kernels: "under torch.compile the kernel becomes one graph node and is compiled with the
-# surrounding ops", research/torchneuron-api.md, NKI). torch-mlir has no route for them here.
+# surrounding ops": https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guides/how-to-work-with-nki.html).
+# torch-mlir has no route for them here.
 _CUSTOM_CALLS: set[str] = set()
 
 
@@ -121,8 +123,10 @@ def _is_input_write(node: torch.fx.Node) -> bool:
 # custom calls inside a Trainium graph): cut out of the StableHLO, their results become inputs.
 # Eager, the same kernels are custom calls too: the real product runs SDPA (forward and
 # backward) with its own kernels (NKI flash attention, or its own torch-mlir lowering of
-# ``scaled_dot_product_attention``; notes §8, research/torchneuron-api.md
-# ``TORCH_NEURONX_ENABLE_NKI_SDPA``), never PyTorch's CPU flash-attention kernel.
+# ``scaled_dot_product_attention``: TR python_ops/torch_mlir/ops/scaled_dot_product_attention.py,
+# and ``TORCH_NEURONX_ENABLE_NKI_SDPA`` in
+# https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/reference/env-vars.html),
+# never PyTorch's CPU flash-attention kernel.
 CUSTOM_KERNELS = frozenset({
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
@@ -152,7 +156,8 @@ def functional_form(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     outputs and its results inputs, as around a custom call. Random numbers
     (Inductor's ``random``/``randint``, what its decompositions make of dropout)
     are inputs, as the real product passes the dropout mask drawn on the host
-    into its graph (``stablehlo_utils.py:122-134``, notes §3); their seeds go.
+    into its graph (TR ``neuron_dynamo_backend/utils/stablehlo_utils.py:122-134``); their
+    seeds go.
     """
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -291,7 +296,7 @@ def _foreach_decomposition(overload: torch._ops.OpOverload) -> Callable[..., lis
     """A ``_foreach_<op>`` overload as one ``<op>`` call per list element.
 
     The real product registers foreach kernels of its own or loops over the
-    per-tensor ops (``foreach_ops.py``, notes §2); a compiled ``optimizer.step()``
+    per-tensor ops (TR ``python_ops/torch_mlir/ops/foreach_ops.py``); a compiled ``optimizer.step()``
     holds them functionalized (``_foreach_add.Scalar``, ``_foreach_lerp.Scalar``, …)
     and torch-mlir lowers none. List arguments are indexed, the others shared;
     the ``.Tensor`` forms of ``addcmul``/``addcdiv`` take element ``i`` of their

@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from .. import _C
+from ..runtime.extension import _C
 from ..projection import compile_model, project_compile
 from ..runtime import metrics_registry as registry
 from .accounting import Accounting

@@ -16,7 +16,8 @@ import time
 from collections import Counter
 from typing import Callable
 
-from .. import _C, projection
+from .. import projection
+from ..runtime.extension import _C
 from ..runtime import metrics_registry as registry
 from ..runtime.log import get_logger
 from .listeners import add_signature_listener

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .. import _C
+from ..runtime.extension import _C
 from ..runtime import settings
 from ..runtime.errors import ConfigError
 from ..runtime.profiles import Topology

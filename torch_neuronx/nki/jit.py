@@ -78,7 +78,7 @@ class Kernel:
 def _wrap(value, name: str = ""):
     if isinstance(value, torch.Tensor):
         if value.device.type == "neuron":
-            from .. import _C
+            from ..runtime.extension import _C
 
             wrapped = from_framework(_C._cpu_alias(value))
             wrapped._alloc.source = value  # returning an input returns the caller's tensor itself

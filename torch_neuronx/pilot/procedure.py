@@ -7,10 +7,11 @@ the model compiled once, so compile mode pays for compilation only once. A
 step's status and summary are settled as soon as a part of it completes, so a
 failure later on never erases what already ran.
 
-Exit codes: 0 every check passed; 1 a check failed or a step hit an error;
-2 bad input or an unusable environment (one-line error, partial report);
-3 an internal error of the pilot itself (one line; details in report.json);
-130 / 143 interrupted by SIGINT / SIGTERM (previous report kept, partial one beside it).
+Exit codes (``runtime/exit_codes.py``): SUCCESS (0) every check passed; FAILURE (1) a check
+failed or a step hit an error; USER_ERROR (2) bad input or an unusable environment (one-line
+error, partial report); INTERNAL_ERROR (3) an internal error of the pilot itself (one line;
+details in report.json); INTERRUPTED / TERMINATED (130 / 143) by SIGINT / SIGTERM (previous
+report kept, partial one beside it).
 """
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from ..runtime.errors import ConfigError
-from ..runtime.errors import first_line
+from ..runtime.errors import ConfigError, first_line
+from ..runtime.exit_codes import ExitCode, interrupted_by
 from ..runtime.interrupts import interrupt_signal, sigterm_as_interrupt
 from ..runtime.staged_files import write_text_whole
 from . import compiler, perf
@@ -39,8 +40,6 @@ from .output import PROJECTED_TRACE, Staging, check_out
 from .report import STEP_ORDER, Check, Report, StepSection, to_json_text
 from .report.schema import Environment, ReportError
 from .steps import STEPS, checkpoint, compilation, cost, finetune, inputs, numerics, performance, quality
-
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 class StepError(Exception):
@@ -140,7 +139,7 @@ class PilotRun:
             staging = Staging(self.out)
         except PilotError as exc:
             self.ui.error(str(exc))
-            return EXIT_BAD_INPUT
+            return ExitCode.USER_ERROR
         self.workdir = staging.dir
         hf_logging.disable_progress_bar()  # our progress bars are the console's
         try:
@@ -151,7 +150,7 @@ class PilotRun:
         except ReportNotWritten as exc:
             staging.discard()
             self.ui.error(f"cannot write the report in {self.out}: {exc}; the previous report is kept")
-            return EXIT_BAD_INPUT
+            return ExitCode.USER_ERROR
         staging.publish()
         self.ui.summary(self.report.to_json(), self.out)
         return self.report.exit_code
@@ -161,18 +160,18 @@ class PilotRun:
             self._run_steps()
             failed = any(s.status in ("failed", "error") for s in self.report.steps.values())
             self.report.status = "failed" if failed else "passed"
-            self.report.exit_code = EXIT_CHECK_FAILED if failed else EXIT_OK
+            self.report.exit_code = ExitCode.FAILURE if failed else ExitCode.SUCCESS
         except PilotError as exc:
-            self._abort(exc.kind, str(exc), EXIT_BAD_INPUT)
+            self._abort(exc.kind, str(exc), ExitCode.USER_ERROR)
         except ConfigError as exc:  # an environment variable the runtime cannot use, found at first device use
-            self._abort("bad_input", str(exc), EXIT_BAD_INPUT)
+            self._abort("bad_input", str(exc), ExitCode.USER_ERROR)
         except torch.OutOfMemoryError as exc:
             err = out_of_memory(getattr(self, "device", self.cfg.device), exc)
-            self._abort(err.kind, str(err), EXIT_BAD_INPUT)
+            self._abort(err.kind, str(err), ExitCode.USER_ERROR)
         except ReportNotWritten:
             raise
         except Exception as exc:
-            self._abort("internal", f"internal error: {first_line(exc)}", EXIT_INTERNAL,
+            self._abort("internal", f"internal error: {first_line(exc)}", ExitCode.INTERNAL_ERROR,
                         traceback.format_exc(limit=12))
         self.write()
         try:
@@ -190,7 +189,7 @@ class PilotRun:
             self.section(step).summary = message
         self.report.error = ReportError("interrupted", message, step)
         self.report.status = "interrupted"
-        self.report.exit_code = 128 + signum
+        self.report.exit_code = interrupted_by(signum)
         self.report.duration_seconds = time.perf_counter() - self.started
         path = staging.keep_interrupted(to_json_text(self.report))
         self.ui.error(f"{message}; the previous report in {self.out} is kept, the partial one is {path}")

@@ -19,7 +19,7 @@ import torch
 
 from ..projection import CollectiveRecord, GraphProgram, Projector, defaults, link_for_ranks
 from ..projection import job
-from ..runtime.errors import ConfigError
+from ..runtime.errors import UsageError, UserError
 from ..runtime.profiles import GiB, get_profile
 from .model_config import check_tp, load_config
 from .sharding import kv_heads_per_rank, per_rank_parameters
@@ -70,13 +70,13 @@ class Planner:
                  decode_tokens: int = 128, price_per_hour: float | None = None, execution: str = "compile",
                  factors: job.Factors | None = None) -> None:
         if mode not in ("train", "infer"):
-            raise ConfigError(f"mode {mode!r} is not train or infer")
+            raise UsageError(f"mode {mode!r} is not train or infer")
         if dtype not in PRECISIONS:
-            raise ConfigError(f"--precision {dtype!r} is not one of {', '.join(PRECISIONS)}")
+            raise UsageError(f"--precision {dtype!r} is not one of {', '.join(PRECISIONS)}")
         if execution not in EXECUTIONS:
-            raise ConfigError(f"--mode {execution!r} is not one of {', '.join(EXECUTIONS)}")
+            raise UsageError(f"--mode {execution!r} is not one of {', '.join(EXECUTIONS)}")
         if seq_len < 1 or decode_tokens < 0:
-            raise ConfigError("--seq-len/--input-len must be >= 1 and --output-len >= 0")
+            raise UsageError("--seq-len/--input-len must be >= 1 and --output-len >= 0")
         self.model, self.config = model, load_config(model)
         self.profile = get_profile(instance)
         self.seq_len, self.mode, self.dtype_name, self.execution = seq_len, mode, dtype, execution
@@ -85,7 +85,7 @@ class Planner:
         self.factors = factors or job.fitted_factors()
         self._projectors: dict[int, Projector] = {}
         if mode == "infer" and "CausalLM" not in self.model_kind(self.config):
-            raise ConfigError(f"--infer needs a causal LM; {self.model!r} is {self.model_kind(self.config)}")
+            raise UsageError(f"--infer needs a causal LM; {self.model!r} is {self.model_kind(self.config)}")
 
     @staticmethod
     def model_kind(config) -> str:
@@ -97,23 +97,23 @@ class Planner:
 
     def check(self, layout: Layout) -> None:
         if min(layout.tp, layout.dp, layout.pp, layout.batch, layout.instances) < 1:
-            raise ConfigError("--tp, --pp, --dp, --micro-batch/--batch-size and --instances must be >= 1")
+            raise UsageError("--tp, --pp, --dp, --micro-batch/--batch-size and --instances must be >= 1")
         if layout.shard not in SHARDS:
-            raise ConfigError(f"--shard {layout.shard!r} is not one of {', '.join(SHARDS)}")
+            raise UsageError(f"--shard {layout.shard!r} is not one of {', '.join(SHARDS)}")
         if layout.lnc not in self.profile.allowed_lnc:
-            raise ConfigError(f"LNC={layout.lnc} is not supported on {self.profile.name} "
-                              f"(allowed: {', '.join(map(str, self.profile.allowed_lnc))})")
+            raise UsageError(f"LNC={layout.lnc} is not supported on {self.profile.name} "
+                             f"(allowed: {', '.join(map(str, self.profile.allowed_lnc))})")
         check_tp(self.config, layout.tp)
         layers = self.config.num_hidden_layers
         if layers % layout.pp:
-            raise ConfigError(f"--pp {layout.pp} does not divide the model's {layers} layers")
+            raise UsageError(f"--pp {layout.pp} does not divide the model's {layers} layers")
         if layout.pp > 1 and self.mode == "infer":
-            raise ConfigError("--pp is modelled for training only")
+            raise UsageError("--pp is modelled for training only")
         layout.micro_batches  # noqa: B018  raises when G is not divisible by M·D
         cores = self.cores_per_instance(layout.lnc) * layout.instances
         if layout.world > cores:
-            raise ConfigError(f"world size tp×pp×dp = {layout.world} is larger than the {cores} logical cores "
-                              f"of {layout.instances}×{self.profile.name} at LNC={layout.lnc}")
+            raise UsageError(f"world size tp×pp×dp = {layout.world} is larger than the {cores} logical cores "
+                             f"of {layout.instances}×{self.profile.name} at LNC={layout.lnc}")
 
     def projector(self, lnc: int) -> Projector:
         if lnc not in self._projectors:
@@ -391,7 +391,7 @@ class Planner:
     def _fits(self, layout: Layout) -> bool:
         try:
             self.check(layout)
-        except ConfigError:
+        except UserError:  # the layout is not valid here (a flag combination or the projection refuses it)
             return False
         return self.memory(layout)["fits"]
 
@@ -430,7 +430,7 @@ class Planner:
         for tp in tps:
             try:
                 check_tp(self.config, tp)
-            except ConfigError:
+            except UserError:
                 continue
             for batch in sorted({max(1, layout.batch // 2 ** k) for k in range(3)}, reverse=True):
                 for ckpt in ((False, True) if self.mode == "train" else (False,)):

@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 from ..projection import fit, published
-from ..runtime.errors import ConfigError
+from ..runtime.errors import UsageError
 from .planner import Layout, Planner
 
 BEGIN = "<!-- BEGIN GENERATED: torchneuron plan --validate -->"
@@ -70,10 +70,10 @@ def _doc_text(doc: Path) -> str:
     try:
         text = doc.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read {doc}: {exc.strerror or exc} (pass --docs PATH, or --docs '' to skip)") \
+        raise UsageError(f"cannot read {doc}: {exc.strerror or exc} (pass --docs PATH, or --docs '' to skip)") \
             from None
     if BEGIN not in text or END not in text:
-        raise ConfigError(f"{doc} has no generated-section markers ({BEGIN} … {END})")
+        raise UsageError(f"{doc} has no generated-section markers ({BEGIN} … {END})")
     return text
 
 

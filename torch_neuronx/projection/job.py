@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..runtime.errors import ConfigError
+from ..runtime.errors import ConfigError, UsageError
 from .calibration import Calibration
 from .collectives import CollectiveRecord, collective_seconds
 from .hardware import LINKS, DeviceModel
@@ -227,8 +227,8 @@ def job_cost(projector, seconds: float, tokens: int, instances: int,
 def accumulation_steps(global_batch: int, micro_batch: int, dp: int) -> int:
     """Micro-batches each data-parallel rank runs per optimizer step: G / (M·D)."""
     if min(global_batch, micro_batch, dp) < 1 or global_batch % (micro_batch * dp):
-        raise ConfigError(f"--global-batch {global_batch} is not divisible by --micro-batch {micro_batch} × "
-                          f"--dp {dp} = {micro_batch * dp}")
+        raise UsageError(f"--global-batch {global_batch} is not divisible by --micro-batch {micro_batch} × "
+                         f"--dp {dp} = {micro_batch * dp}")
     return global_batch // (micro_batch * dp)
 
 
