@@ -110,8 +110,9 @@ def _us_since(start: float) -> float:
 
 def _lower(gm: torch.fx.GraphModule, record: NeuronCompilationMetrics) -> stablehlo.Lowered | None:
     """``gm`` in StableHLO; None when not checked (switched off, torch-mlir absent or failing
-    without a cause). When torch-mlir fails without naming an op, the graph's kernels are
-    lowered one by one: one that does not lower alone fails the graph, named."""
+    without a cause). When torch-mlir fails without naming an op (or names only a constant it
+    left unconverted), the graph's kernels are lowered one by one: one that does not lower
+    alone fails the graph, named."""
     if not get_flag("TORCHNEURON_LOWER_GRAPHS"):
         record.lowering = "not checked (TORCHNEURON_LOWER_GRAPHS=0)"
         return None
@@ -123,7 +124,7 @@ def _lower(gm: torch.fx.GraphModule, record: NeuronCompilationMetrics) -> stable
     try:
         return stablehlo.lower_fx_graph(gm)  # function "main": the key must not depend on the AOT counter
     except stablehlo.LoweringError as exc:
-        if exc.unsupported:
+        if exc.unsupported and exc.names_op:
             raise
         failing = kernel_lowering.kernels_not_lowering(gm)
         if failing:
