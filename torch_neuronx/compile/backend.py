@@ -30,6 +30,7 @@ from torch._guards import CompileContext, detect_fake_mode
 from torch._inductor import config as inductor_config
 from torch._inductor.compile_fx import compile_fx_inner, partition_fn
 from torch._inductor.decomposition import select_decomp_table
+from torch._inductor.virtualized import V
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from ..fidelity import projected
@@ -309,7 +310,10 @@ def neuron_backend(
     inputs, copied = _copy_cpu_inputs_to_device(example_inputs)
     start = time.perf_counter()
     try:
-        compiled = _aot_neuron(settings)(gm, inputs)
+        # Inductor's joint-graph passes (its partitioner's) read the fake mode from V, as inside
+        # compile_fx: without it, fusing the seeds of a graph with dropout fails.
+        with V.set_fake_mode(detect_fake_mode(inputs)):
+            compiled = _aot_neuron(settings)(gm, inputs)
     except Exception as exc:
         if not settings.fallback:
             if isinstance(exc, NEFFCompilationError):

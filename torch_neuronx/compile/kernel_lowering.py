@@ -144,12 +144,18 @@ def kernels_not_lowering(gm: torch.fx.GraphModule) -> list[LoweringResult]:
 
     When torch-mlir fails on a whole graph without naming a cause, the op
     responsible is found the way eager kernels are checked, one signature at
-    a time (on the graph's functional form: custom kernels cut out, device
-    moves gone).
+    a time, on the graph as it is lowered: its functional form (custom kernels
+    cut out, device moves gone) with torch-mlir's decompositions applied and
+    views as reshapes (a ``view`` alone, on a strided input, is not what the
+    graph lowers). Views are skipped: alone, a view returns an alias of its
+    input, which a value-semantics StableHLO function cannot (torch-mlir leaves
+    their dimension constants unconverted); inside a graph they lower.
     """
     failing, seen = [], set()
-    for node in stablehlo.functional_form(gm).graph.nodes:
+    for node in stablehlo.decomposed(stablehlo.functional_form(gm)).graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target.is_view:
             continue
         args, kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta.get("val"), (node.args, node.kwargs))
         signature = (node.target, repr(as_meta((args, kwargs))))

@@ -130,6 +130,15 @@ CUSTOM_KERNELS = frozenset({
 _CUSTOM_KERNEL_NAMES = frozenset(kernel._schema.name for kernel in CUSTOM_KERNELS)
 
 
+def _inductor_random_ops() -> tuple[frozenset, frozenset]:
+    """Inductor's random primitives (what its decompositions make of dropout and ``rand``)
+    and the seed primitives that only feed them."""
+    from torch._inductor import inductor_prims
+
+    return (frozenset({inductor_prims.random, inductor_prims.randint}),
+            frozenset({inductor_prims.seed, inductor_prims.seeds, inductor_prims.lookup_seed}))
+
+
 def functional_form(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A copy of ``gm`` that StableHLO can express: values in, tensors out.
 
@@ -140,12 +149,16 @@ def functional_form(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     (``None`` gradients of inputs that need none) are dropped. A device move
     (``x.cpu()`` in the graph) is the identity: StableHLO has one device. A
     :data:`CUSTOM_KERNELS` call is cut out: its tensor arguments become
-    outputs and its results inputs, as around a custom call.
+    outputs and its results inputs, as around a custom call. Random numbers
+    (Inductor's ``random``/``randint``, what its decompositions make of dropout)
+    are inputs, as the real product passes the dropout mask drawn on the host
+    into its graph (``stablehlo_utils.py:122-134``, notes §3); their seeds go.
     """
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     extra_outputs: list[torch.fx.Node] = []
     nodes = list(gm.graph.nodes)
+    random_ops, seed_ops = _inductor_random_ops()
     for node in nodes:
         if node.op == "placeholder":
             env[node] = graph.node_copy(node, lambda n: env[n])
@@ -154,8 +167,11 @@ def functional_form(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             result = graph.placeholder(f"{user.name}_from_kernel")
             result.meta["val"] = user.meta.get("val")
             env[user] = result
+    for draw in (n for n in nodes if n.op == "call_function" and n.target in random_ops):
+        env[draw] = graph.placeholder(f"{draw.name}_from_host")
+        env[draw].meta["val"] = draw.meta.get("val")
     for node in nodes:
-        if node.op == "placeholder" or node in env:
+        if node.op == "placeholder" or node in env or (node.op == "call_function" and node.target in seed_ops):
             continue
         if node.op == "call_function" and node.target is torch.ops.prims.device_put.default:
             env[node] = env[node.args[0]]
@@ -335,6 +351,16 @@ def _scalar_as_tensor(tensor_form: torch._ops.OpOverload) -> Callable[[torch.Ten
     return as_tensor
 
 
+def _topk_sorted(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    """``topk(sorted=False)`` as ``topk(sorted=True)``: torch-mlir 20261001 lowers only the
+    sorted form and leaves the ``False`` flag unconverted; "unsorted" leaves the order to the
+    kernel, so a sorted result is a valid one (MoE routers of GLM-4 MoE, DeepSeek-V3 pass False).
+    """
+    if sorted:
+        return NotImplemented  # already the form torch-mlir lowers: trace the op itself
+    return torch.ops.aten.topk.default(x, k, dim, largest, True)
+
+
 _SCALAR_FORMS = {
     torch.ops.aten.fmod.Scalar: torch.ops.aten.fmod.Tensor,
     torch.ops.aten.bitwise_or.Scalar: torch.ops.aten.bitwise_or.Tensor,
@@ -347,10 +373,11 @@ _SCALAR_FORMS = {
 @functools.cache
 def _graph_op_decompositions() -> dict:
     """What Dynamo and AOTAutograd put in a graph that torch-mlir's table leaves alone:
-    Inductor's ``prims.fma``, the foreach ops and the Scalar forms of :data:`_SCALAR_FORMS`."""
+    Inductor's ``prims.fma``, the foreach ops, unsorted ``topk`` and the Scalar forms of
+    :data:`_SCALAR_FORMS`."""
     from torch._inductor import inductor_prims
 
-    return {**_foreach_decompositions(), inductor_prims.fma: _fma,
+    return {**_foreach_decompositions(), inductor_prims.fma: _fma, torch.ops.aten.topk.default: _topk_sorted,
             **{scalar: _scalar_as_tensor(tensor) for scalar, tensor in _SCALAR_FORMS.items()}}
 
 
