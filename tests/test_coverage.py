@@ -205,7 +205,8 @@ def test_failure_classification_walks_the_exception_chain():
 def _compiled_result(name, status, eager_backward):
     """One architecture's result with compiled columns; ``eager_backward`` is the eager-attention
     backward check (the others pass)."""
-    ok = {"ok": True, "error": None, "cause": None, "op": None}
+    ok = {"ok": True, "error": None, "cause": None, "op": None,
+          "compile": {"graphs": 1, "aot_graphs": 1, "lowered": 1, "stablehlo_ops": 100, "fallbacks": []}}
     cpu = {c: {"ok": True} for c in CHECKS}
     checks = {"compiled_forward": ok, "compiled_backward": ok, "compiled_generate_static": ok}
     compiled = {"lowering": True, "sdpa": {"supported": True, "checks": checks},
@@ -230,6 +231,13 @@ def test_compiled_figures_separate_shared_failures_from_ours():
     assert (f["eager_passing"], f["eager_passing_compiled_pass"]) == (3, 1)
     assert f["shared_ops"] == {"torch.prims.fma": ["llama", "rwkv"]}
     assert f["ours"] == {"gpt2": ["eager compiled_backward: gradient of lm_head.weight differs from CPU by 0.1"]}
+    assert f["passing_with_unlowered_graphs"] == []
+    checks = dict(results[2]["compiled"]["sdpa"]["checks"])  # qwen2: a passing graph torch-mlir did not check
+    checks["compiled_forward"] = {**checks["compiled_forward"],
+                                  "compile": {**checks["compiled_forward"]["compile"], "lowered": 0}}
+    results[2]["compiled"]["sdpa"]["checks"] = checks
+    again = summarise(results, installed=["llama", "gpt2", "qwen2", "rwkv"])["overall"]["compiled"]
+    assert again["passing_with_unlowered_graphs"] == ["qwen2"]
 
 
 def test_a_stopped_sweep_resumes_with_what_is_left(tmp_path, capsys):

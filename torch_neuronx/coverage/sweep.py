@@ -182,8 +182,13 @@ def _compiled_figures(results: list[dict]) -> dict:
             for check in r["compiled"].get(attention, {}).get("checks", {}).values():
                 if check["cause"] == SHARED and r["model_type"] not in shared_ops.setdefault(check["op"], []):
                     shared_ops[check["op"]].append(r["model_type"])
+    # passing checks with a graph torch-mlir failed on without naming an op (compiled anyway, unchecked)
+    unlowered = sorted({r["model_type"] for r in checked for attention in ATTENTION
+                        for c in r["compiled"].get(attention, {}).get("checks", {}).values()
+                        if c["ok"] and c["compile"]["lowered"] < c["compile"]["aot_graphs"]})
     return {
         "checked": len(checked), **{s: len(names) for s, names in by_status.items()},
+        "passing_with_unlowered_graphs": unlowered,
         # the target: every architecture passing the eager checks passes the compiled ones
         "eager_passing": len(eager_pass),
         "eager_passing_compiled_pass": sum(r["compiled"]["status"] == "pass" for r in eager_pass),
