@@ -276,3 +276,25 @@ def test_compiled_columns_of_a_tiny_llama_match_the_cpu(tmp_path):
             record = check["compile"]
             assert record["graphs"] >= 1 and record["lowered"] == record["aot_graphs"] >= 1, (attention, name, record)
             assert record["stablehlo_ops"] > 0 and not record["fallbacks"]
+
+
+def test_a_crash_while_compiling_keeps_the_eager_results(tmp_path):
+    from torch_neuronx.testing.child_process import ChildFailed
+
+    eager = _result("llama", {}, {})
+
+    class CrashesWhileCompiling:  # the child: eager checks done, then killed by a signal in the compiled stage
+        def request(self, payload, timeout, on_event):
+            on_event({"phase": "compiled", "partial": eager})
+            on_event({"phase": "compiled eager"})
+            raise ChildFailed("exited", "exit code -11")
+
+        def stop(self):
+            pass
+
+    worker = ProbeWorker("neuron", tmp_path / "worker.log", compiled=True)
+    worker.child = CrashesWhileCompiling()
+    result = worker.probe("llama", timeout=60)
+    assert result["status"] == "pass" and result["device_checks"] == eager["device_checks"]
+    assert result["compiled"]["status"] == "ours_fail"
+    assert result["compiled"]["error"] == "worker crashed (exit code -11) during the compiled eager stage"
