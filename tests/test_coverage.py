@@ -121,3 +121,180 @@ def test_unusable_options_are_rejected_before_any_worker_starts(tmp_path, capsys
     errors = [line for line in printed.err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and message in errors[0], printed
     assert not (tmp_path / "cov").exists()  # nothing ran, nothing was written
+
+
+# --- the compiled columns -------------------------------------------------------------------------------------
+
+
+def _erfinv_in_final_norm(builder):
+    """Wraps the tiny-model builder so the final norm of the model feeds through ``erfinv``:
+    an op torch-mlir 20261001 cannot lower (the real product fails on it too)."""
+    import torch
+
+    class ErfinvThenNorm(torch.nn.Module):
+        def __init__(self, norm):
+            super().__init__()
+            self.norm = norm
+
+        def forward(self, hidden):
+            return self.norm(torch.special.erfinv(torch.tanh(hidden) * 0.5))
+
+    def build(model_type, **kwargs):
+        model = builder(model_type, **kwargs)
+        model.model.norm = ErfinvThenNorm(model.model.norm)
+        return model
+
+    return build
+
+
+def test_a_compiled_failure_torch_mlir_names_is_shared_with_the_real_product(monkeypatch):
+    from torch_neuronx.coverage import compiled
+
+    monkeypatch.setattr(compiled, "tiny_causal_lm", _erfinv_in_final_norm(compiled.tiny_causal_lm))
+    result = compiled.probe_attention("llama", "sdpa", "neuron")
+    assert result["supported"] and all(c["ok"] for c in result["cpu"].values())  # the CPU runs erfinv
+    for name, check in result["checks"].items():
+        assert check["ok"] is False and check["cause"] == "shared", (name, check)
+        assert check["op"] == "torch.aten.erfinv" and "no lowering for torch.aten.erfinv" in check["error"]
+
+
+def test_an_emulator_only_compiled_failure_is_ours(monkeypatch):
+    from torch_neuronx.compile import passes
+    from torch_neuronx.coverage import compiled
+
+    def broken(gm):  # the emulator's own step: the real product does not move graphs to the CPU
+        raise RuntimeError("injected emulator fault")
+
+    monkeypatch.setattr(passes, "rewrite_devices_to_cpu", broken)
+    result = compiled.probe_attention("llama", "sdpa", "neuron")
+    for name, check in result["checks"].items():
+        assert check["ok"] is False and check["cause"] == "ours" and check["op"] is None, (name, check)
+        assert "injected emulator fault" in check["error"]
+    assert compiled.compiled_status({"sdpa": result, "eager": {"supported": False}}) == "ours_fail"
+
+
+def test_an_unsupported_attention_implementation_is_not_a_failure():
+    from torch_neuronx.coverage import compiled
+
+    result = compiled.probe_attention("gemma2", "sdpa", "neuron")  # Gemma 2's softcap has no SDPA path
+    assert result["supported"] is False and "does not support" in result["error"]
+    assert compiled.compiled_status({"sdpa": result, "eager": result}) == "not_run"
+
+
+def test_failure_classification_walks_the_exception_chain():
+    from torch_neuronx.compile.stablehlo import LoweringError
+    from torch_neuronx.coverage.compiled import classify_failure
+
+    def raised(inner):
+        try:
+            try:
+                raise inner
+            except Exception as exc:
+                raise RuntimeError("backend='neuron' raised") from exc
+        except RuntimeError as outer:
+            return outer
+
+    named = LoweringError("torch-mlir could not lower the graph to StableHLO: no lowering for torch.prims.fma",
+                          ["failed to legalize operation 'torch.prims.fma'"])
+    shared = classify_failure(raised(named))
+    assert (shared["cause"], shared["op"]) == ("shared", "torch.prims.fma")
+    unnamed = classify_failure(raised(LoweringError("torch-mlir could not lower the graph: std::bad_alloc")))
+    assert unnamed["cause"] == "ours" and "bad_alloc" in unnamed["error"]  # no op named: says nothing of Trainium
+
+
+def _compiled_result(name, status, eager_backward):
+    """One architecture's result with compiled columns; ``eager_backward`` is the eager-attention
+    backward check (the others pass)."""
+    ok = {"ok": True, "error": None, "cause": None, "op": None,
+          "compile": {"graphs": 1, "aot_graphs": 1, "lowered": 1, "stablehlo_ops": 100, "fallbacks": []}}
+    cpu = {c: {"ok": True} for c in CHECKS}
+    checks = {"compiled_forward": ok, "compiled_backward": ok, "compiled_generate_static": ok}
+    compiled = {"lowering": True, "sdpa": {"supported": True, "checks": checks},
+                "eager": {"supported": True, "checks": {**checks, "compiled_backward": eager_backward}}}
+    from torch_neuronx.coverage.compiled import compiled_status
+
+    compiled["status"] = compiled_status(compiled)
+    return {"model_type": name, "status": status, "cpu": cpu, "device_checks": cpu, "compiled": compiled,
+            "seconds": 60.0}
+
+
+def test_compiled_figures_separate_shared_failures_from_ours():
+    fma = {"ok": False, "error": "LoweringError: no lowering for torch.prims.fma", "cause": "shared",
+           "op": "torch.prims.fma"}
+    wrong = {"ok": False, "error": "gradient of lm_head.weight differs from CPU by 0.1", "cause": "ours", "op": None}
+    cpu_fails = {"ok": None, "error": "not compared: fails on CPU", "cause": None, "op": None}
+    results = [_compiled_result("llama", "pass", fma), _compiled_result("gpt2", "pass", wrong),
+               _compiled_result("qwen2", "pass", cpu_fails), _compiled_result("rwkv", "cpu_fail", fma)]
+    assert [r["compiled"]["status"] for r in results] == ["shared_fail", "ours_fail", "pass", "shared_fail"]
+    f = summarise(results, installed=["llama", "gpt2", "qwen2", "rwkv"])["overall"]["compiled"]
+    assert (f["checked"], f["pass"], f["shared_fail"], f["ours_fail"]) == (4, 1, 2, 1)
+    assert (f["eager_passing"], f["eager_passing_compiled_pass"]) == (3, 1)
+    assert f["shared_ops"] == {"torch.prims.fma": ["llama", "rwkv"]}
+    assert f["ours"] == {"gpt2": ["eager compiled_backward: gradient of lm_head.weight differs from CPU by 0.1"]}
+    assert f["passing_with_unlowered_graphs"] == []
+    checks = dict(results[2]["compiled"]["sdpa"]["checks"])  # qwen2: a passing graph torch-mlir did not check
+    checks["compiled_forward"] = {**checks["compiled_forward"],
+                                  "compile": {**checks["compiled_forward"]["compile"], "lowered": 0}}
+    results[2]["compiled"]["sdpa"]["checks"] = checks
+    again = summarise(results, installed=["llama", "gpt2", "qwen2", "rwkv"])["overall"]["compiled"]
+    assert again["passing_with_unlowered_graphs"] == ["qwen2"]
+
+
+def test_a_stopped_sweep_resumes_with_what_is_left(tmp_path, capsys):
+    from torch_neuronx.coverage.sweep import ResultLog
+
+    options = {"device": "neuron", "lowering": True, "compiled": True}
+    log = ResultLog(tmp_path / "results.jsonl", options, resume=False)
+    wrong = {"ok": False, "error": "greedy tokens differ from CPU", "cause": "ours", "op": None}
+    log.add(_compiled_result("llama", "pass", wrong))
+    ResultLog(tmp_path / "results.jsonl", {**options, "compiled": False}, resume=True).add(
+        _compiled_result("gpt2", "pass", wrong))  # other options: not reused by a --compiled run
+    with (tmp_path / "results.jsonl").open("a") as f:
+        f.write('{"options": {"device": "neuron", "lowe')  # the line a killed sweep was writing
+    assert set(ResultLog(tmp_path / "results.jsonl", options, resume=True).done) == {"llama"}
+
+    # Everything asked for is done: the report and the Markdown table come from the log, no worker starts.
+    assert main(["coverage", "--only", "llama", "--compiled", "--resume", "--out", str(tmp_path)]) == 1
+    assert "resuming: 1 of 1 architectures already done" in capsys.readouterr().out
+    report = json.loads((tmp_path / "coverage.json").read_text())
+    assert report["compiled_checked"] and report["summary"]["overall"]["compiled"]["ours_failures"] == ["llama"]
+    table = (tmp_path / "coverage-compiled.md").read_text()
+    assert report["created_utc"] in table
+    assert "| llama | pass | ✓ | ✓ | ✓ | ✓ | **✗** | ✓ | ours_fail | eager compiled_backward: greedy tokens" in table
+
+
+@pytest.mark.slow
+def test_compiled_columns_of_a_tiny_llama_match_the_cpu(tmp_path):
+    code = main(["coverage", "--only", "llama", "--compiled", "--out", str(tmp_path)])
+    report = json.loads((tmp_path / "coverage.json").read_text())
+    (result,) = report["results"]
+    assert code == 0 and result["compiled"]["status"] == "pass", result["compiled"]
+    for attention in ("sdpa", "eager"):
+        for name, check in result["compiled"][attention]["checks"].items():
+            assert check["ok"] is True, (attention, name, check)
+            # something was compiled and every graph lowered to StableHLO (nothing fell back)
+            record = check["compile"]
+            assert record["graphs"] >= 1 and record["lowered"] == record["aot_graphs"] >= 1, (attention, name, record)
+            assert record["stablehlo_ops"] > 0 and not record["fallbacks"]
+
+
+def test_a_crash_while_compiling_keeps_the_eager_results(tmp_path):
+    from torch_neuronx.testing.child_process import ChildFailed
+
+    eager = _result("llama", {}, {})
+
+    class CrashesWhileCompiling:  # the child: eager checks done, then killed by a signal in the compiled stage
+        def request(self, payload, timeout, on_event):
+            on_event({"phase": "compiled", "partial": eager})
+            on_event({"phase": "compiled eager"})
+            raise ChildFailed("exited", "exit code -11")
+
+        def stop(self):
+            pass
+
+    worker = ProbeWorker("neuron", tmp_path / "worker.log", compiled=True)
+    worker.child = CrashesWhileCompiling()
+    result = worker.probe("llama", timeout=60)
+    assert result["status"] == "pass" and result["device_checks"] == eager["device_checks"]
+    assert result["compiled"]["status"] == "ours_fail"
+    assert result["compiled"]["error"] == "worker crashed (exit code -11) during the compiled eager stage"

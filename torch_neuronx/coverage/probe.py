@@ -28,23 +28,27 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> tuple[bool, float]:
     return bool(torch.allclose(a, b, atol=ATOL, rtol=RTOL, equal_nan=False)), err
 
 
-def _logits(model, ids):
+def logits_of(model, ids):
     with torch.no_grad():
         return model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
 
 
-def _grads(model, ids) -> dict[str, torch.Tensor]:
+def gradients(model, ids, call=None) -> dict[str, torch.Tensor]:
+    """``model``'s gradients of the loss of ``call`` (default the model itself; a compiled wrapper
+    names its parameters ``_orig_mod.…``, so they are read from the model)."""
     # Gradients in eval mode: dropout would make CPU and device draw different masks.
     try:
-        loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss
+        loss = (model if call is None else call)(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss
         loss.backward()
         return {n: p.grad.detach().to("cpu") for n, p in model.named_parameters() if p.grad is not None}
     finally:
         model.zero_grad(set_to_none=True)
 
 
-def _generate(model, ids, static: bool) -> list[list[int]]:
-    extra = {"cache_implementation": "static", "disable_compile": True} if static else {}
+def greedy_tokens(model, ids, static: bool, auto_compile: bool = False) -> list[list[int]]:
+    """Greedy tokens; with a static cache Transformers compiles the forward itself on a device it
+    compiles for (``neuron`` among them) unless ``auto_compile`` is False."""
+    extra = {"cache_implementation": "static", "disable_compile": not auto_compile} if static else {}
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
                              min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0, **extra)
@@ -52,11 +56,11 @@ def _generate(model, ids, static: bool) -> list[list[int]]:
 
 
 def _save_load(model, ids, device) -> torch.Tensor:
-    before = _logits(model, ids)
+    before = logits_of(model, ids)
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
         reloaded = type(model).from_pretrained(tmp, dtype=torch.float32).eval().to(device)
-    after = _logits(reloaded, ids)
+    after = logits_of(reloaded, ids)
     ok, err = _close(after, before)
     if not ok:
         raise AssertionError(f"logits changed after save/load by {err:.3g}")
@@ -67,10 +71,10 @@ def _run_checks(model, ids, device, reference: dict | None) -> tuple[dict, dict]
     """Run every check on ``device``; compare with ``reference`` outputs when given."""
     results, outputs = {}, {}
     steps = {
-        "forward": lambda: _logits(model, ids),
-        "backward": lambda: _grads(model, ids),
-        "generate_dynamic": lambda: _generate(model, ids, static=False),
-        "generate_static": lambda: _generate(model, ids, static=True),
+        "forward": lambda: logits_of(model, ids),
+        "backward": lambda: gradients(model, ids),
+        "generate_dynamic": lambda: greedy_tokens(model, ids, static=False),
+        "generate_static": lambda: greedy_tokens(model, ids, static=True),
         "save_load": lambda: _save_load(model, ids, device),
     }
     for name in CHECKS:
@@ -78,7 +82,7 @@ def _run_checks(model, ids, device, reference: dict | None) -> tuple[dict, dict]
         try:
             out = steps[name]()
             outputs[name] = out
-            detail = _compare(name, out, reference.get(name)) if reference is not None else None
+            detail = differs_from_cpu(name, out, reference.get(name)) if reference is not None else None
             results[name] = {"ok": detail is None, "error": detail}
         except Exception as exc:  # every failure is data for the table
             results[name] = {"ok": False, "error": first_line(exc, limit=300)}
@@ -86,7 +90,7 @@ def _run_checks(model, ids, device, reference: dict | None) -> tuple[dict, dict]
     return results, outputs
 
 
-def _compare(name: str, out, ref) -> str | None:
+def differs_from_cpu(name: str, out, ref) -> str | None:
     """None when the device output matches the CPU's, else what differs."""
     if ref is None:
         return None  # the CPU could not produce it: nothing to compare against
@@ -136,6 +140,16 @@ def _device_checks(model, ids, device, reference: dict, lower: bool) -> tuple[di
     return results, _lowering_check(kernel_lowering.eager_lowering_report())
 
 
+def token_batch(model) -> torch.Tensor:
+    """The seeded 2 × 8 batch of token ids inside ``model``'s vocabulary that every check feeds."""
+    head = model.get_output_embeddings()
+    # MusicGen has one head per codebook (a ModuleList without a weight): the config's vocabulary.
+    weight = getattr(head, "weight", None)
+    vocab = weight.shape[0] if isinstance(weight, torch.Tensor) else model.config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+    return torch.randint(3, max(vocab, 4), (2, 8), generator=generator)
+
+
 def probe(model_type: str, device: str, on_phase=lambda phase: None, lower: bool = True) -> dict:
     """All checks of one architecture on the CPU and on ``device``; JSON-ready."""
     result = {"model_type": model_type, "device": device}
@@ -147,12 +161,7 @@ def probe(model_type: str, device: str, on_phase=lambda phase: None, lower: bool
     except Exception as exc:
         result.update(status="build_failed", error=first_line(exc, limit=300))
         return result
-    head = model.get_output_embeddings()
-    # MusicGen has one head per codebook (a ModuleList without a weight): the config's vocabulary.
-    weight = getattr(head, "weight", None)
-    vocab = weight.shape[0] if isinstance(weight, torch.Tensor) else model.config.vocab_size
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, max(vocab, 4), (2, 8), generator=generator)
+    ids = token_batch(model)
     on_phase("cpu")
     cpu_results, cpu_outputs = _run_checks(model, ids, torch.device("cpu"), None)
     on_phase("device")

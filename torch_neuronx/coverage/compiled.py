@@ -1,0 +1,158 @@
+"""The compiled checks of one architecture: ``torch.compile(backend="neuron")`` against eager CPU.
+
+Per attention implementation the architecture supports (``sdpa``, ``eager``):
+a compiled forward, a compiled training step (loss and gradients) and greedy
+``generate`` with a static cache, which Transformers compiles by itself on
+``neuron``. Graph lowering to StableHLO is on, as on Trainium. A failure is
+classified by who shares it: ``shared`` when torch-mlir names an op it cannot
+lower (:attr:`stablehlo.LoweringError.unsupported`: the real product lowers
+with the same torch-mlir and fails the same way), ``ours`` for anything else
+(a Dynamo or backend error, a result that differs from the CPU's, nothing
+compiled): only the emulator fails that way.
+"""
+from __future__ import annotations
+
+import copy
+import re
+import time
+
+import torch
+
+from ..runtime.errors import first_line
+from ..testing.tiny_models import tiny_causal_lm
+from .probe import differs_from_cpu, gradients, greedy_tokens, logits_of, token_batch
+
+ATTENTION = ("sdpa", "eager")
+COMPILED_CHECKS = ("compiled_forward", "compiled_backward", "compiled_generate_static")
+REFERENCE = {"compiled_forward": "forward", "compiled_backward": "backward",
+             "compiled_generate_static": "generate_static"}
+SHARED, OURS = "shared", "ours"
+_NAMED_OP = re.compile(r"no lowering for (\S+)")
+
+
+def _chain(exc: BaseException):
+    """``exc`` and the exceptions it was raised from or during (Dynamo wraps the backend's)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def classify_failure(exc: BaseException) -> dict:
+    """``error`` (the op torch-mlir names, else the outer error and its root cause), ``cause``
+    (``shared`` or ``ours``) and ``op`` (the op that does not lower, or None)."""
+    from ..compile.stablehlo import LoweringError
+
+    chain = list(_chain(exc))
+    lowering = next((e for e in chain if isinstance(e, LoweringError)), None)
+    if lowering is not None and lowering.unsupported:
+        named = _NAMED_OP.search(str(lowering))
+        return {"ok": False, "error": first_line(lowering, limit=300), "cause": SHARED,
+                "op": named.group(1) if named else None}
+    outer, root = first_line(exc, limit=200), first_line(chain[-1], limit=200)
+    return {"ok": False, "error": outer if root in outer else f"{outer} ← {root}", "cause": OURS, "op": None}
+
+
+def _compile_record() -> dict:
+    """What ``backend="neuron"`` compiled since the last reset: graphs, how many lowered, fallbacks."""
+    from ..compile.metrics import get_dynamo_metrics
+
+    metrics = get_dynamo_metrics()
+    graphs = metrics["compiled_graphs"]
+    return {"graphs": metrics["graphs_compiled"], "aot_graphs": len(graphs),
+            "lowered": sum(g["lowering"] == "lowered" for g in graphs), "stablehlo_ops": metrics["stablehlo_ops"],
+            "fallbacks": metrics["fallbacks"]}
+
+
+def _device_steps(model, ids) -> dict:
+    """The compiled checks on ``model`` (on the device); fallback to eager execution off."""
+    compiled = torch.compile(model, backend="neuron", options={"fallback_execution": False})
+    return {
+        "compiled_forward": lambda: logits_of(compiled, ids),
+        "compiled_backward": lambda: gradients(model, ids, call=compiled),
+        "compiled_generate_static": lambda: greedy_tokens(model, ids, static=True, auto_compile=True),
+    }
+
+
+def _run_compiled(name: str, step, reference: dict, cpu: dict) -> dict:
+    """One compiled check: it must compile something, lower, not fall back, and match the CPU."""
+    from ..compile.metrics import reset_dynamo_metrics
+
+    if not cpu[REFERENCE[name]]["ok"]:
+        return {"ok": None, "error": f"not compared: fails on CPU ({cpu[REFERENCE[name]]['error']})",
+                "cause": None, "op": None}
+    reset_dynamo_metrics()
+    start = time.perf_counter()
+    try:
+        out = step()
+        record = _compile_record()
+        if not record["graphs"]:
+            detail = "nothing was compiled"
+        elif record["fallbacks"]:
+            detail = f"a graph fell back to eager execution: {record['fallbacks'][0]}"
+        else:
+            detail = differs_from_cpu(REFERENCE[name], out, reference[REFERENCE[name]])
+        result = {"ok": detail is None, "error": detail, "cause": OURS if detail else None, "op": None}
+    except Exception as exc:  # every failure is data for the table
+        record = _compile_record()
+        result = classify_failure(exc)
+    result.update(compile=record, seconds=round(time.perf_counter() - start, 3))
+    return result
+
+
+def _cpu_reference(model, ids) -> tuple[dict, dict]:
+    """Eager CPU outputs of the checks the compiled ones are compared with."""
+    steps = {"forward": lambda: logits_of(model, ids), "backward": lambda: gradients(model, ids),
+             "generate_static": lambda: greedy_tokens(model, ids, static=True)}
+    outputs, results = {}, {}
+    for name, step in steps.items():
+        try:
+            outputs[name] = step()
+            results[name] = {"ok": True, "error": None}
+        except Exception as exc:
+            results[name] = {"ok": False, "error": first_line(exc, limit=200)}
+    return outputs, results
+
+
+def probe_attention(model_type: str, attention: str, device: str) -> dict:
+    """The compiled checks of ``model_type`` built with ``attention``; ``supported`` False when it cannot be."""
+    try:
+        model = tiny_causal_lm(model_type, attn_implementation=attention)
+    except Exception as exc:  # Transformers refuses an implementation the architecture lacks
+        return {"supported": False, "error": first_line(exc, limit=200)}
+    ids = token_batch(model)  # the batch of the eager checks: same seed, same vocabulary
+    reference, cpu = _cpu_reference(model, ids)
+    torch._dynamo.reset()  # each implementation compiles afresh, far from Dynamo's recompile limit
+    try:
+        target = torch.device(device)
+        dev_model = copy.deepcopy(model).to(target)
+        steps = _device_steps(dev_model, ids.to(target))
+        checks = {name: _run_compiled(name, steps[name], reference, cpu) for name in COMPILED_CHECKS}
+    finally:
+        torch._dynamo.reset()
+    return {"supported": True, "cpu": cpu, "checks": checks}
+
+
+def probe_compiled(model_type: str, device: str, on_phase=lambda phase: None) -> dict:
+    """The compiled checks per attention implementation (JSON-ready), graph lowering on."""
+    from ..runtime.settings import get_flag
+
+    results = {"lowering": bool(get_flag("TORCHNEURON_LOWER_GRAPHS"))}
+    for attention in ATTENTION:
+        on_phase(f"compiled {attention}")
+        results[attention] = probe_attention(model_type, attention, device)
+    results["status"] = compiled_status(results)
+    return results
+
+
+def compiled_status(results: dict) -> str:
+    """pass | shared_fail (only failures the real product shares) | ours_fail (some failure is the
+    emulator's own) | not_run (no implementation supported, or every check fails on CPU)."""
+    checks = [c for a in ATTENTION if results.get(a, {}).get("supported")
+              for c in results[a]["checks"].values() if c["ok"] is not None]
+    if results.get("crashed") or any(c["cause"] == OURS for c in checks):
+        return "ours_fail"
+    if any(c["cause"] == SHARED for c in checks):
+        return "shared_fail"
+    return "pass" if checks else "not_run"
