@@ -89,6 +89,9 @@ class UnityBuildExtension(BuildExtension):
 
     def build_extensions(self):
         for ext in self.extensions:
+            # distutils skips the build when the .so is newer than sources + depends: the
+            # generated units keep their mtime, so the files they include must be listed.
+            ext.depends = ext.depends + ext.sources
             ext.sources = unity_sources(ext.sources, os.path.join("build", "unity"))
         super().build_extensions()
 
@@ -99,6 +102,7 @@ setup(
             name="torch_neuronx._C",
             # csrc/{runtime,aten,aten/native,fidelity}: see csrc/README.md.
             sources=sorted(glob.glob(os.path.join(CSRC, "**", "*.cpp"), recursive=True)),
+            depends=sorted(glob.glob(os.path.join(CSRC, "**", "*.h"), recursive=True)),
             include_dirs=[os.path.abspath(CSRC)],
             extra_compile_args=["-O2", "-g1", "-std=c++17", "-Wno-unused-parameter"],
         )
