@@ -41,9 +41,10 @@ class Adapter:
         """A point to project the device work from (``projected``), or None: no device model."""
         return None
 
-    def projected(self, mark) -> dict | None:
-        """The projected Trainium seconds of the work since ``mark`` and the host seconds
-        the projection itself has spent so far (docs/projection.md)."""
+    def projected(self, mark, steps: int = 1) -> dict | None:
+        """The projection of the work since ``mark`` (``steps`` equal steps): its window, one
+        step's projected seconds and dollars (``cost``, a ``CostProjection`` of one step), and
+        the host seconds the projection itself has spent (docs/projection.md)."""
         return None
 
     def info(self) -> dict:
@@ -66,13 +67,15 @@ class _Projecting:
 
         return projected.mark(), self._spent()
 
-    def projected(self, mark) -> dict | None:
+    def projected(self, mark, steps: int = 1) -> dict | None:
         from torch_neuronx.fidelity import projected
+        from torch_neuronx.projection import get_projector
 
         counts, spent_before = mark
         in_run = self._spent() - spent_before
         window = projected.since(counts)  # projects the queued signatures: outside the timed steps
-        return {"seconds": window["seconds"], "mfu": window["mfu"], "in_run_seconds": in_run,
+        return {"seconds": window.step.seconds, "mfu": window.step.mfu, "window": window,
+                "cost": get_projector().cost(window.step.seconds / steps), "in_run_seconds": in_run,
                 "deferred_seconds": self._spent() - spent_before - in_run}
 
 class DynamoCounting(Adapter):

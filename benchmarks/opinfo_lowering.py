@@ -11,7 +11,7 @@ ATen kernel it calls; each distinct kernel signature is lowered with
 inputs → torch-mlir → StableHLO), as the real product does for each eager op.
 An op *lowers* when all its kernels do; otherwise it would fall back to CPU on
 Trainium. View kernels are not lowered: the real product runs them without a
-kernel (notes §4, "View ops are whitelisted").
+kernel ("View ops are whitelisted", TR ``csrc/core/NeuronBindings.cpp:170-229``).
 """
 from __future__ import annotations
 

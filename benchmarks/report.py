@@ -15,7 +15,7 @@ from .backends import BY_NAME, EAGER_WORKLOADS
 
 ROW_FIELDS = ("backend", "workload", "metric", "unit", "median", "min", "max", "n", "status", "reason")
 _UNITS = {"_ms": "ms", "_us": "µs", "_mb": "MiB", "per_s": "1/s", "_s": "s", "compilations": "count",
-          "_pct": "%"}
+          "_pct": "%", "_usd": "USD"}
 
 
 def unit_of(metric: str) -> str:

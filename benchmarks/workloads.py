@@ -7,26 +7,29 @@ as a training loop's would.
 """
 from __future__ import annotations
 
+import importlib.util
+import sys
 import time
 
 import torch
 
 from .model import Size, build_model, padded_length, token_batch, varlen_lengths
+from .xla_env import REPO
 
 
-def _peak_rss_mb() -> float:
-    """Peak resident set size of this process (VmHWM) in MiB."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("VmHWM missing from /proc/self/status")
+def _load_decoding():
+    """``torch_neuronx/testing/decoding.py`` (the decode loop and peak-RSS reading the pilot uses
+    too), loaded by path: the PyTorch/XLA interpreter cannot import ``torch_neuronx`` (its C++
+    extension is built for the project's torch), and the module needs only ``torch``."""
+    spec = importlib.util.spec_from_file_location("_torchneuron_decoding",
+                                                  REPO / "torch_neuronx" / "testing" / "decoding.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up while being defined
+    spec.loader.exec_module(module)
+    return module
 
 
-def _reset_peak_rss() -> None:
-    """Reset VmHWM so the peak reflects the training loop, not the import."""
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")
+decoding = _load_decoding()
 
 
 class _Trainer:
@@ -57,8 +60,7 @@ class _Trainer:
         return time.perf_counter() - start, value
 
 
-def _projection_metrics(first: dict | None, first_s: float, steady: dict | None, steady_s: float,
-                        steps: int) -> dict:
+def _projection_metrics(first: dict | None, first_s: float, steady: dict | None, steady_s: float) -> dict:
     """The projected step time and the projection's own host cost relative to the eager step
     (on backends with a device model; every ``projected_`` figure is a projection, every
     ``projection_`` figure a host measurement of the projection's overhead): inside the
@@ -66,7 +68,8 @@ def _projection_metrics(first: dict | None, first_s: float, steady: dict | None,
     the queued signatures when the figures are read, outside the steps)."""
     if first is None or steady is None:
         return {}
-    return {"projected_step_ms": steady["seconds"] / steps * 1e3,
+    return {"projected_step_ms": steady["cost"].step_seconds * 1e3,
+            "projected_step_usd": steady["cost"].run_usd,
             "projected_mfu_pct": (steady["mfu"] or 0.0) * 100,
             "projection_in_first_step_pct": first["in_run_seconds"] / first_s * 100,
             "projection_in_steady_steps_pct": steady["in_run_seconds"] / steady_s * 100,
@@ -77,7 +80,7 @@ def _projection_metrics(first: dict | None, first_s: float, steady: dict | None,
 
 def train(adapter, size: Size) -> dict:
     """Fixed-shape training: the first step (compiles) and steady-state steps."""
-    _reset_peak_rss()
+    decoding.reset_host_peak_rss()  # the peak of the training loop, not of the imports
     trainer = _Trainer(adapter, size)
     mark = adapter.projection_mark()
     first_s, first_loss = trainer.step(token_batch(size, size.seq, 0))
@@ -89,13 +92,13 @@ def train(adapter, size: Size) -> dict:
         seconds, loss = trainer.step(token_batch(size, size.seq, step))
         steady.append(seconds * 1e3)
         losses.append(loss)
-    projection = _projection_metrics(first_projected, first_s, adapter.projected(mark), sum(steady) / 1e3,
-                                     size.train_steps)
+    projection = _projection_metrics(first_projected, first_s, adapter.projected(mark, size.train_steps),
+                                     sum(steady) / 1e3)
     return {
         "metrics": {
             "first_step_ms": first_s * 1e3,
             "steady_step_ms": steady,
-            "peak_rss_mb": _peak_rss_mb(),
+            "peak_rss_mb": decoding.host_peak_rss_bytes() / 2**20,
             "compilations": after_first,
             # Non-zero means every step keeps compiling (e.g. a scalar argument that changes).
             "steady_compilations": None if after_first is None else adapter.compilations() - after_first,
@@ -144,22 +147,12 @@ def varlen_padded(adapter, size: Size) -> dict:
 
 
 def _generate_once(adapter, forward, cache, prompt, new_tokens: int) -> tuple[float, list, list]:
-    """Greedy decoding on a static cache; returns (TTFT s, per-token s list, tokens)."""
-    device = adapter.device
+    """Greedy decoding on the reset static cache (the shared loop; positions left to the model,
+    as users call it); returns (TTFT s, per-token s list, tokens of the one prompt)."""
     cache.reset()
-    start = time.perf_counter()
-    ids = prompt.to(device)
-    token_times, tokens = [], []
-    with torch.no_grad():
-        for _ in range(new_tokens):
-            logits = forward(input_ids=ids, cache=cache, use_cache=True).logits
-            ids = logits[:, -1:].argmax(-1)
-            adapter.sync()
-            tokens.append(ids.item())
-            now = time.perf_counter()
-            token_times.append(now - start)
-            start = now
-    return token_times[0], token_times[1:], tokens
+    run = decoding.greedy_decode(forward, prompt, new_tokens, {"cache": cache}, adapter.device, adapter.sync,
+                                 positions=False)
+    return run.ttft_seconds, run.per_token_seconds, run.tokens[0].tolist()
 
 
 def generate(adapter, size: Size) -> dict:

@@ -71,9 +71,9 @@ def report(label, start, stamps, batch, projected):
     print(f"{label}: first-token {first * 1e3:.1f} ms, per-token {per_token * 1e3:.2f} ms, "
           f"{tokens_per_s:.1f} tokens/s ({where})")
     if projected:
-        seconds = projected["seconds"]
+        seconds = projected.step.seconds
         print(f"{label}: projected on one NeuronCore: request {seconds * 1e3:.2f} ms, "
-              f"{batch * len(stamps) / seconds:.0f} generated tokens per second ({projected['label']})")
+              f"{batch * len(stamps) / seconds:.0f} generated tokens per second (projected)")
 
 
 def main(argv=None):

@@ -183,7 +183,7 @@ def test_each_new_shape_compiles_a_static_graph_and_is_counted():
 
 def test_dynamic_shapes_are_rejected_with_the_product_message():
     x = torch.randn(4, 8, device="neuron")
-    # Notes §3: the DynamicShapeAnalysis message.
+    # The DynamicShapeAnalysis message (TR neuron_dynamo_backend/fx/passes/dynamic_shape_analysis.py:59-118).
     with pytest.raises(Exception, match=r"Dynamic shapes detected in the model, but torch-neuronx requires static "
                                         r"shapes. Found \d dynamic dimension\(s\): \[s\d+"):
         torch.compile(torch.sin, backend="neuron", dynamic=True)(x)
@@ -196,7 +196,7 @@ def test_dynamic_shapes_are_rejected_with_the_product_message():
 
 
 def test_mode_other_than_default_logs_the_real_warning_and_compiles(neuron_log):
-    # Notes §3 (`backend.py:289-293`): a warning on each backend call, compilation continues.
+    # TR neuron_dynamo_backend/backend.py:289-293: a warning on each backend call, compilation continues.
     x = torch.randn(4, 8, device="neuron")
     out = torch.compile(torch.tanh, backend="neuron", mode="max-autotune")(x)
     torch.testing.assert_close(out.cpu(), torch.tanh(x.cpu()))
@@ -206,7 +206,7 @@ def test_mode_other_than_default_logs_the_real_warning_and_compiles(neuron_log):
 
 
 def test_cpu_inputs_are_copied_to_the_device_unless_disabled(monkeypatch):
-    # Notes §3 (executor.py:95-112): CPU inputs are auto-copied; the switch makes them an error.
+    # TR neuron_dynamo_backend/executor.py:95-112: CPU inputs are auto-copied; the switch makes them an error.
     def fn(x):
         return (x * 2).relu()
 

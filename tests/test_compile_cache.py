@@ -63,7 +63,8 @@ def test_second_process_hits_the_cache_and_artifacts_round_trip(tmp_path):
     loaded = _run(tmp_path / "other-cache", "load", artifacts)
     assert loaded["hits"] == 1 and loaded["misses"] == 0
     # The graph key (sha256 of the StableHLO text + I/O + compiler suffix) is the same in every
-    # process; the persistent NEFF cache then knows the graph (notes §3).
+    # process (TR neuron_dynamo_backend/utils/stablehlo_utils.py:14-56); the persistent NEFF
+    # cache then knows the graph.
     assert len(cold["graph_ids"]) == 1 and cold["graph_ids"] == warm["graph_ids"] == loaded["graph_ids"]
     assert cold["neff_cache"] == ["compiled"] and warm["neff_cache"] == ["disk hit"]
     assert loaded["neff_cache"] == ["compiled"]  # another NEFF cache directory

@@ -150,3 +150,60 @@ def test_trainer_with_torch_compile_selects_neuron_backend(base_model, tmp_path)
     _, eager_losses = run(False)
     assert len(compiled_losses) == 3
     torch.testing.assert_close(compiled_losses, eager_losses, rtol=1e-3, atol=1e-3)
+
+
+# Issue 29: since graph lowering became the default, eager attention's backward (Inductor's
+# prims.fma) and sliding-window / MoE static-cache decoding (fmod.Scalar, unsorted topk) failed
+# to compile. One architecture per code path, each against the same computation on CPU.
+NO_DROPOUT = {"gpt2": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}}  # masks differ by RNG
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "gpt2"])
+def test_compiled_training_step_with_eager_attention_matches_cpu(model_type):
+    from torch_neuronx.testing.tiny_models import tiny_causal_lm
+
+    reference = tiny_causal_lm(model_type, attn_implementation="eager", **NO_DROPOUT.get(model_type, {})).train()
+    model = copy.deepcopy(reference).to("neuron")
+    ids = torch.randint(3, 200, (2, 16), generator=torch.Generator().manual_seed(5))
+    compiled = torch.compile(model, backend="neuron")
+    loss = compiled(input_ids=ids.to("neuron"), labels=ids.to("neuron")).loss
+    loss.backward()
+    expected = reference(input_ids=ids, labels=ids).loss
+    expected.backward()
+    torch.testing.assert_close(loss.cpu(), expected.detach(), rtol=1e-4, atol=1e-5)
+    for (name, got), want in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(got.grad.cpu(), want.grad, rtol=1e-3, atol=1e-5, msg=name)
+    lowering = [r["lowering"] for r in torch_neuronx.get_dynamo_metrics()["compiled_graphs"]]
+    assert lowering and set(lowering) == {"lowered"}
+
+
+@pytest.mark.parametrize("model_type", ["mistral", "glm4_moe"])
+def test_static_cache_generate_compiles_sliding_window_and_moe_routing(model_type):
+    from torch_neuronx.testing.tiny_models import tiny_causal_lm
+
+    overrides = {"sliding_window": 8} if model_type == "mistral" else {}
+    reference = tiny_causal_lm(model_type, **overrides)
+    model = copy.deepcopy(reference).to("neuron")
+    prompt = torch.randint(3, 200, (1, 12), generator=torch.Generator().manual_seed(6))
+    kwargs = dict(max_new_tokens=4, do_sample=False, cache_implementation="static")
+    compiled = model.generate(prompt.to("neuron"), **kwargs)
+    expected = reference.generate(prompt, **kwargs, disable_compile=True)
+    assert torch.equal(compiled.cpu(), expected)
+    lowering = [r["lowering"] for r in torch_neuronx.get_dynamo_metrics()["compiled_graphs"]]
+    assert lowering and set(lowering) == {"lowered"}
+
+
+def test_compiled_training_with_dropout_lowers_its_random_masks_as_inputs():
+    """GPT-2 trains with dropout 0.1: Inductor's partitioner fuses the graph's seeds (it needs
+    the fake mode Inductor sets) and its random draws enter the StableHLO as inputs, as the
+    real product passes a dropout mask drawn on the host."""
+    from torch_neuronx.testing.tiny_models import tiny_causal_lm
+
+    model = tiny_causal_lm("gpt2").train().to("neuron")
+    assert model.config.resid_pdrop > 0
+    ids = torch.randint(3, 200, (2, 16), generator=torch.Generator().manual_seed(7)).to("neuron")
+    loss = torch.compile(model, backend="neuron")(input_ids=ids, labels=ids).loss
+    loss.backward()
+    assert torch.isfinite(loss.cpu()) and all(torch.isfinite(p.grad.cpu()).all() for p in model.parameters())
+    records = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert len(records) >= 2 and {r["lowering"] for r in records} == {"lowered"}

@@ -21,7 +21,8 @@ _FIRST_USE = """
 import torch
 from torch_neuronx.runtime.errors import ConfigError
 print("imported", torch.ones(2).sum().item())
-for use in (lambda: torch.randn(2, device="neuron"), lambda: torch.ones(2).to("neuron")):
+for use in (lambda: torch.randn(2, device="neuron"), lambda: torch.ones(2).to("neuron"),
+            torch.neuron.device_count):  # no count of cores the process cannot use
     try:
         use()
     except ConfigError as exc:
@@ -54,14 +55,14 @@ def test_import_torch_survives_and_first_device_use_raises(env, message):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert lines[0] == "imported 2.0"
-    # Both ways to reach the device raise the same error, every time (it is not used up).
-    assert len(lines) == 3 and all(line.startswith("ConfigError: ") and message in line for line in lines[1:]), lines
+    # Every way to reach the device raises the same error, every time (it is not used up).
+    assert len(lines) == 4 and all(line.startswith("ConfigError: ") and message in line for line in lines[1:]), lines
 
 
 def test_a_good_environment_still_works():
     proc = _python(_FIRST_USE.replace("ConfigError as exc", "ZeroDivisionError as exc"), {})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines()[1:] == ["no error", "no error"]
+    assert proc.stdout.splitlines()[1:] == ["no error", "no error", "no error"]
 
 
 def test_bad_variable_raises_at_init_process_group():
@@ -95,3 +96,66 @@ def test_defer_bad_values_reads_bad_variables_as_unset(monkeypatch):
     assert "TORCHNEURON_HOST_POOL_MB='-5'" in str(error)
     assert settings.get_int("TORCHNEURON_HOST_POOL_MB") == 1024  # the declared default
     assert settings.get_float("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL") == 3.0  # good values still read
+
+
+_CALIBRATION = """
+import json, os, sys
+import torch
+import torch_neuronx
+from torch_neuronx import projection
+from torch_neuronx.cli.main import main
+print("imported", (torch.ones(2, device="neuron") * 2).sum().item())
+for name in sys.argv[1:]:
+    os.environ["TORCHNEURON_PROJECTION_CALIBRATION"] = name
+    projection.configure(*projection.target())  # the next use reads the variable again
+    try:
+        torch_neuronx.metrics()
+    except ValueError as exc:
+        print(type(exc).__name__ + ":", str(exc).replace(chr(10), " | "))
+    else:
+        print("no error")
+print("info exit", main(["info"]))
+"""
+CALIBRATIONS = {  # file name: (text, the end of the one-line error)
+    "corrupt.json": ("{bad", "is not valid JSON"),
+    "missing.json": (None, "cannot read calibration file missing.json"),
+    "negative.json": ('{"schema": 1, "efficiency": {"hbm": -0.5}}', "efficiency.hbm = -0.5 must be in (0, 1]"),
+    "nan.json": ('{"schema": 1, "efficiency": {"tensor": NaN}}', "efficiency.tensor must be a finite number, got nan"),
+    "inf.json": ('{"schema": 1, "launch_seconds": {"eager": Infinity}}',
+                 "launch_seconds.eager must be a finite number, got inf"),
+}
+
+
+def test_bad_calibration_file_never_breaks_import_and_is_one_line_where_used(tmp_path):
+    """Issue 25: a calibration file the projection cannot use broke ``import torch``; a NaN one
+    gave NaN device times, then a TypeError at the end of a plan."""
+    for name, (text, _) in CALIBRATIONS.items():
+        if text is not None:
+            (tmp_path / name).write_text(text)
+    names = list(CALIBRATIONS)
+    proc = subprocess.run([sys.executable, "-c", _CALIBRATION, *names], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=180,
+                          env={**{k: v for k, v in os.environ.items() if k not in TOPOLOGY_ENV},
+                               "TORCHNEURON_PROJECTION_CALIBRATION": "corrupt.json"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "imported 4.0"
+    for name, line in zip(names, lines[1:]):
+        assert line.startswith(f"ConfigError: TORCHNEURON_PROJECTION_CALIBRATION={name}: "), line
+        assert CALIBRATIONS[name][1] in line, line
+    assert lines[-1] == "info exit 2"
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: TORCHNEURON_PROJECTION_CALIBRATION=inf.json")
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_instance_argument_is_named_not_the_variable_nobody_set(monkeypatch):
+    from torch_neuronx.projection import Projector
+    from torch_neuronx.runtime.errors import ConfigError
+
+    monkeypatch.delenv("TORCHNEURON_INSTANCE", raising=False)
+    with pytest.raises(ConfigError, match=r"^instance 'trn9.huge' is not a known instance profile") as info:
+        Projector("trn9.huge")
+    assert "TORCHNEURON_INSTANCE" not in str(info.value)
+    monkeypatch.setenv("TORCHNEURON_INSTANCE", "trn9.huge")  # the variable, when it is the one used
+    with pytest.raises(ConfigError, match=r"^TORCHNEURON_INSTANCE='trn9.huge' is not a known"):
+        Projector()

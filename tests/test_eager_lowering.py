@@ -1,8 +1,8 @@
 """The eager opt-in: each new kernel signature lowered to StableHLO once, reported per op.
 
-On Trainium every eager op is lowered through torch-mlir before it runs (notes
-§1); an op that does not lower runs on the CPU, or fails when
-``TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1`` (notes §4). The report
+On Trainium every eager op is lowered through torch-mlir before it runs (TR
+python_ops/torch_mlir/kernel.py:808-986); an op that does not lower runs on the CPU, or fails
+when ``TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1`` (TR python_ops/base.py:783-804). The report
 is the ``lowering`` section of ``torch_neuronx.metrics()``, the pilot's
 compilation step and the coverage table's "lowers" column.
 """
@@ -70,7 +70,7 @@ def test_new_signatures_are_lowered_once_and_reported_per_op(lowering, monkeypat
 def test_attention_kernels_are_custom_calls_not_fallbacks(lowering):
     """The emulator runs SDPA with PyTorch's CPU flash-attention kernels, whose backward
     torch-mlir cannot lower; the real product runs attention with its own kernels (its own SDPA
-    lowering, ``torch_mlir/ops/scaled_dot_product_attention.py``, notes §8), so they are custom
+    lowering, TR ``python_ops/torch_mlir/ops/scaled_dot_product_attention.py``), so they are custom
     calls (not checked), as inside compiled graphs, never "would fall back to CPU"."""
     q, k, v = (torch.randn(1, 2, 8, 16, device="neuron", requires_grad=True) for _ in range(3))
     torch_neuronx.reset_metrics()

@@ -1,9 +1,9 @@
 """The eager kernel key: what makes the real product compile a new kernel.
 
-Every expectation comes from the notes on the real product's source,
-``/work/shared/research/torchneuron-source-2026-04.md`` (cited as §N; TR = the
-April 2026 torch-neuronx source they cite): §1 "Eager NEFF cache key" and
-§2 "Optimizer steps on neuron". Compilations are counted through
+Every expectation comes from the real product's source, cited as TR path:lines (TR and its
+public URL: ARCHITECTURE.md, "How the real product is cited"): the key string of
+``torch_neuronx/kernels/base.py:103-160`` and the optimizer kernels of
+``python_ops/torch_mlir/ops/foreach_ops.py`` and ``optimizer.py``. Compilations are counted through
 ``torch_neuronx.metrics()`` in a fresh emulated process on an empty cache.
 """
 from __future__ import annotations
@@ -90,8 +90,8 @@ def test_every_static_row_has_a_case_and_a_source():
 
 @pytest.mark.parametrize("row", sorted(ROW_CASES), ids=lambda r: f"{r[0]}-{r[1]}")
 def test_static_value_is_a_new_kernel_other_scalars_are_not(row):
-    """§1 table "Python scalars are runtime inputs by default": a static
-    argument's new value compiles; another scalar's new value does not."""
+    """A static argument's value is in the key, another Python scalar only by its type
+    name ("Values are runtime parameters, not compile-time constants", TR base.py:134-151)."""
     static_call, (first, second), runtime_call, runtime_values = ROW_CASES[row]
     x = _x()
     static_call(x, first)
@@ -103,7 +103,8 @@ def test_static_value_is_a_new_kernel_other_scalars_are_not(row):
 
 
 def test_python_scalar_operand_is_a_runtime_input_its_type_is_not():
-    """§1 "x + 0.5 / x * c": a wrapped number is keyed as t_()_torch.float64;
+    """``x + 0.5``: a wrapped number is keyed as t_()_torch.float64 and moved to the device as an
+    input (TR argument_processor.py:93-95);
     changing the type (int <-> float) does compile."""
     x = _x()
     assert new_kernels(lambda: x * 0.5) == 1
@@ -113,14 +114,15 @@ def test_python_scalar_operand_is_a_runtime_input_its_type_is_not():
 
 
 def test_add_alpha_is_static_three_values_three_kernels():
-    """§1 table: alpha of add.Tensor is static (TR .../ops/binary.py:8-9)."""
+    """alpha of add.Tensor is static (TR .../ops/binary.py:8-9)."""
     x, y = _x(), _x()
     assert sum(new_kernels(lambda a=a: torch.add(x, y, alpha=a)) for a in (1, 2, 3)) == 3
     assert new_kernels(lambda: torch.add(x, y, alpha=2)) == 0
 
 
 def test_addcdiv_value_and_lerp_weight_are_runtime_inputs():
-    """§1 "addcdiv / addcmul value", "lerp_.Scalar weight": runtime inputs."""
+    """addcdiv/addcmul ``value`` and lerp_.Scalar ``weight`` are runtime inputs
+    (TR .../ops/binary.py:66-73, misc.py:71-81)."""
     x, y, z = _x(), _x(), _x().abs() + 1
     assert new_kernels(lambda: x.addcdiv_(y, z, value=0.1)) == 1
     assert new_kernels(lambda: x.addcdiv_(y, z, value=-0.3)) == 0
@@ -168,8 +170,9 @@ def _train_step(model, opt, x, scheduler=None):
 
 
 def test_default_adamw_with_scheduler_compiles_nothing_after_step_one():
-    """§2 "AdamW (foreach, capturable=False)": after step 1 there are no new
-    compiles, even with an LR scheduler."""
+    """AdamW (foreach, capturable=False): its step-dependent lists reach ``_foreach_div_.ScalarList``
+    as runtime scalars (TR foreach_ops.py:726-738), so after step 1 there are no new compiles,
+    even with an LR scheduler."""
     model = _mlp()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
@@ -184,9 +187,9 @@ def test_default_adamw_with_scheduler_compiles_nothing_after_step_one():
 
 
 def test_sgd_foreach_compiles_once_per_new_learning_rate():
-    """§1 table / §2 "SGD, foreach": _foreach_add_(params, grads, alpha=-lr)
+    """SGD, foreach: _foreach_add_(params, grads, alpha=-lr)
     makes alpha static, so every new lr is a new compile (one kernel for the
-    whole list, TR .../ops/foreach_ops.py)."""
+    whole list; alpha static: TR .../ops/foreach_ops.py:120, 217, 445, 518, 587)."""
     model = _mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x = torch.randn(5, 8, device="neuron")
@@ -199,7 +202,7 @@ def test_sgd_foreach_compiles_once_per_new_learning_rate():
 
 
 def test_empty_tensors_compile_nothing():
-    """§1 "Empty tensors (numel == 0): short-circuited with no compile"."""
+    """Empty tensors (numel == 0) are short-circuited with no compile (TR kernel.py:818-844)."""
     e, f = torch.empty(0, 3, device="neuron"), torch.empty(0, 3, device="neuron")
     calls = torch_neuronx.metrics()["kernels"]["calls"]
     results = []
@@ -215,8 +218,8 @@ def test_empty_tensors_compile_nothing():
 
 
 def test_transposed_input_adds_the_contiguity_kernel_once():
-    """§1 "What is and is not in the key": strides are not in the key; a
-    non-contiguous input runs the contiguity kernel (contiguous_internal) first."""
+    """Strides are not in the key; a non-contiguous input runs the contiguity kernel
+    (contiguous_internal, TR csrc/core/NeuronBindings.cpp:87-140) first."""
     x = torch.randn(4, 6, device="neuron")
     xt = x.t()
     assert new_kernels(lambda: xt * 2.0) == 2   # mul + contiguity kernel
@@ -286,8 +289,8 @@ def test_out_variant_on_the_fast_path_keys_its_out_argument_as_the_fallback_does
 
 
 def test_compilation_cache_counters_use_the_real_names(fresh_process):
-    """§1 "Caches in front of the disk": in-memory hits, persistent hits and
-    compilations are counted separately (names of _get_compilation_cache_stats)."""
+    """In-memory hits, persistent hits and compilations are counted separately, under the
+    names of _get_compilation_cache_stats (TR csrc/core/NeuronBindings.cpp:1014-1091)."""
     x, y = _x(), _x()
     torch_neuronx.reset_metrics()
     x + y
@@ -369,7 +372,7 @@ def _recorded(optimizer_class, lr_lambda, steps=4):
 
 
 def test_recorder_names_the_static_learning_rate_of_sgd_with_a_changing_schedule():
-    """§1/§2: SGD's rate is the static alpha of _foreach_add_; a rate that changes every
+    """SGD's rate is the static alpha of _foreach_add_ (TR foreach_ops.py:120); a rate that changes every
     step compiles the update every step, and the recorder says which op and argument."""
     recorder = _recorded(torch.optim.SGD, lambda i: 1.0 - i / 10)
     [row] = recorder.summary()
@@ -384,7 +387,7 @@ def test_recorder_names_the_static_learning_rate_of_sgd_with_a_changing_schedule
                                                         (torch.optim.AdamW, lambda i: 1.0 - i / 10)],
                          ids=["sgd-constant-rate", "adamw-changing-rate"])
 def test_recorder_finds_nothing_in_a_steady_loop(optimizer_class, lr_lambda):
-    """§2: SGD at a constant rate, and AdamW with a rate that changes every step (its rate is
+    """SGD at a constant rate, and AdamW with a rate that changes every step (its rate is
     a runtime input), compile nothing after the first step."""
     recorder = _recorded(optimizer_class, lr_lambda)
     assert recorder.recompiles == [] and recorder.summary() == []

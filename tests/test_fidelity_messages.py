@@ -1,6 +1,6 @@
 """Messages and behaviour users meet on the real product where the emulator reaches the
-same situation (notes §9, ``/work/shared/research/torchneuron-source-2026-04.md``; TR =
-the April 2026 torch-neuronx source they cite)."""
+same situation, each cited as TR path:lines (TR and its public URL: ARCHITECTURE.md, "How
+the real product is cited")."""
 from __future__ import annotations
 
 import pytest

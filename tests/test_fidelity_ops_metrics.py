@@ -11,7 +11,8 @@ import torch_neuronx
 from torch_neuronx.cli import info as info_cli
 from torch_neuronx.fidelity import host_ops
 from torch_neuronx.runtime import log as run_log
-from torch_neuronx.fidelity.accounting import compile_seconds_from_env, enabled_from_env, make_accounting, salt_of
+from torch_neuronx.fidelity.accounting import enabled_from_env, make_accounting, salt_of
+from torch_neuronx.projection import compile_model
 from torch_neuronx.runtime.errors import ConfigError
 
 
@@ -154,10 +155,10 @@ def test_env_switches(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCHNEURON_KERNEL_ACCOUNTING", "0")
     assert enabled_from_env() is False
     monkeypatch.setenv("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL", "0.5")
-    assert compile_seconds_from_env() == 0.5
+    assert compile_model().seconds_per_program == 0.5
     monkeypatch.setenv("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL", "-1")
     with pytest.raises(ConfigError, match="non-negative"):
-        compile_seconds_from_env()
+        compile_model()
 
 
 @pytest.mark.parametrize("raw, level", [("3", logging.DEBUG), ("0", logging.ERROR), ("info", logging.INFO)])

@@ -156,7 +156,7 @@ def test_channels_last_is_a_clear_error():
         lambda: torch.nn.Conv2d(3, 4, 3).to("neuron").to(memory_format=torch.channels_last),
         lambda: x.unsqueeze(2).clone(memory_format=torch.channels_last_3d),
     ):
-        # notes §9, TR python_ops/cast_policy.py:38-51: the real product's message first
+        # TR python_ops/cast_policy.py:38-51: the real product's message first
         with pytest.raises(RuntimeError, match=r"^(clone|_to_copy|empty_like): Neuron tensors only support "
                                                r"contiguous or preserve memory format; got memory format"):
             request()

@@ -1,4 +1,4 @@
-"""Forked children (notes §9, TR torch_neuronx/__init__.py:134-173; runtime/Fork.cpp).
+"""Forked children (TR torch_neuronx/__init__.py:134-173; runtime/Fork.cpp).
 
 The real product marks a child forked after its runtime was initialised from Python
 (``torch.neuron.init()``, ``get_device_properties()``, ``init_process_group``) as in a

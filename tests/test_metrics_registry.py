@@ -97,3 +97,45 @@ def test_a_source_without_reset_is_cleared_by_baseline():
         assert "demo.count" in met.counter_names()
     finally:
         registry._sources.pop("test-demo")
+
+
+def test_one_reset_clears_every_store():
+    """Graph records, the collective log and eager lowering records live in the registry:
+    after ``clear_counters()`` no figure outlives the records it counts, and ``reset()``
+    leaves nothing at all (``get_dynamo_metrics()`` used to keep its graphs)."""
+    from torch_neuronx import projection
+    from torch_neuronx.compile import kernel_lowering
+
+    torch._dynamo.reset()
+    met.reset()
+    was_lowering = kernel_lowering.eager_lowering_active()
+    kernel_lowering.set_eager_lowering(True)
+    try:
+        torch.sin(torch.randn(3, 5, device="neuron"))
+    finally:
+        kernel_lowering.set_eager_lowering(was_lowering)
+    fn = torch.compile(lambda x: x.cos() * 3, backend="neuron")
+    fn(torch.randn(4, 2, device="neuron"))
+    projection.COLLECTIVE_LOG.counts[projection.CollectiveRecord("all_reduce", 1024, 2, "chip")] += 1
+    dyn = torch_neuronx.get_dynamo_metrics()
+    assert dyn["graphs_compiled"] == 1 and dyn["aot_graphs_compiled"] == 1 and dyn["compiled_graphs"]
+    assert torch_neuronx.metrics()["lowering"]["signatures"] > 0
+    assert {"compile.graphs", "compile.compiled_graphs", "projection.collectives", "metrics.lowering"} \
+        <= set(met.record_names())
+    assert met.records("projection.collectives")[0]["calls"] == 1
+    for name in met.record_names():
+        assert met.describe(name).endswith(KINDS), name
+
+    met.clear_counters()
+    dyn = torch_neuronx.get_dynamo_metrics()
+    assert dyn["graphs_compiled"] == dyn["aot_graphs_compiled"] == 0  # counts and records agree
+    assert dyn["compiled_graphs"] == [] and dyn["graphs"] == [] and dyn["estimated_compile_seconds"] == 0
+    assert met.records("compile.graphs") == [] and met.records("projection.collectives") == []
+    assert torch_neuronx.metrics()["lowering"]["signatures"] == 0
+    assert torch_neuronx.metrics()["kernels"]["calls"] == 0
+    assert torch_neuronx.metrics()["projection"]["collectives"]["by_kind"] == {}
+    assert met.metric_data("compile.compile_seconds")[0] > 0  # timers are metrics, not counters
+    met.reset()
+    assert met.metric_names() == []
+    assert all(name.startswith("host_pool.") for name in met.counter_names())  # levels (gauges) only
+    assert torch_neuronx.get_dynamo_metrics()["compile_seconds"] == 0

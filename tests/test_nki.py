@@ -396,6 +396,44 @@ def test_out_of_bounds_index_without_mask_is_reported():
         nki.simulate(overrun)(_rand(100, 8))
 
 
+def _row_sums(access):
+    """A kernel summing each row of what ``access(a, tile)`` selects (issue 25's reproductions)."""
+    @nki.jit
+    def row_sums(a):
+        tile = nl.load(a[:, 0:256])
+        out = nl.ndarray((128, 1), a.dtype, buffer=nl.shared_hbm, name="out")
+        nl.store(out, nl.sum(access(a, tile), axis=1, keepdims=True))
+        return out
+    return nki.simulate(row_sums)
+
+
+@pytest.mark.parametrize("access, message", [
+    (lambda a, t: nl.load(a[:, 384:640]), r"\[:, 384:640\] on the shared_hbm tensor 'a' of shape \[128, 512\]: "
+                                          r"index 640 is outside dimension 1, of size 512"),
+    (lambda a, t: nl.load(a[:, nl.ds(384, 256)]), r"\[:, 384:640\] on the shared_hbm tensor 'a' .*index 640"),
+    (lambda a, t: t[:, 128:384], r"\[:, 128:384\] on the sbuf tensor of shape \[128, 256\]: index 384 is "
+                                 r"outside dimension 1, of size 256"),
+    (lambda a, t: nl.load(a[128, :]), r"\[128, :\] on the shared_hbm tensor 'a' .*index 128 is outside dimension 0"),
+], ids=["slice", "nl.ds", "tile slice", "integer"])
+def test_out_of_bounds_slice_is_reported_not_clipped(access, message):
+    a = np.ones((128, 512), np.float32)
+    np.testing.assert_array_equal(_row_sums(lambda a, t: nl.load(a[:, 256:512]))(a), np.full((128, 1), 256.0))
+    with pytest.raises(NkiValidationError, match="out-of-bounds access " + message):
+        _row_sums(access)(a)
+
+
+def test_out_of_bounds_store_names_the_output_and_its_rows():
+    @nki.jit
+    def overstore(a):
+        out = nl.ndarray((128, 8), a.dtype, buffer=nl.shared_hbm, name="out")
+        nl.store(out[64:192, :], nl.load(a))
+        return out
+
+    with pytest.raises(NkiValidationError, match=r"\[64:192, :\] on the shared_hbm tensor 'out' of shape "
+                                                 r"\[128, 8\]: index 192 is outside dimension 0, of size 128"):
+        nki.simulate(overstore)(_rand(128, 8))
+
+
 def test_language_level_functions_match_numpy():
     @nki.jit
     def kernel(x, y):

@@ -137,8 +137,9 @@ def test_nki_op_inside_torch_compile_matches_eager():
     got = compiled(x, w)
     assert got.device.type == "neuron"
     torch.testing.assert_close(got.cpu(), f(x, w).cpu())
-    # One graph node compiled with the surrounding ops (research/torchneuron-api.md, NKI): a custom
-    # call the StableHLO check leaves out, not a lowering failure.
+    # One graph node compiled with the surrounding ops
+    # (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guides/how-to-work-with-nki.html):
+    # a custom call the StableHLO check leaves out, not a lowering failure.
     (graph,) = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
     assert "custom calls nki_examples::rmsnorm" in graph["lowering"], graph["lowering"]
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -76,6 +76,12 @@ def test_pilot_on_neuron_passes_and_matches_cpu(neuron_report):
     cost = steps["cost"]["data"]
     job = cost["generation"]["eager"]
     assert job["cost_usd"] == pytest.approx(job["seconds"] * 1.5 / 3600)
+    # every projected figure carries its band; eager work has none and says why (issue 24 item 5)
+    projected = shape["projected"]
+    assert projected["error_band"]["relative"] is None and "eager" in projected["error_band"]["basis"]
+    assert cost["projected"]["generation"]["eager"]["error_band"] == projected["error_band"]
+    assert perf["projected_training"]["cost"]["error_band"]["relative"] is None
+    assert "(no band)" in steps["performance"]["summary"]
     html = (out / "report.html").read_text()
     assert html.count("data:image/png;base64,") >= 4 and "http" not in html.split("<body>")[0]
 
@@ -194,7 +200,8 @@ def test_schema_validation_rejects_broken_reports(neuron_report):
 @pytest.mark.parametrize("optimizer, schedule, flagged", [("sgd", "linear", True), ("sgd", "constant", False),
                                                           ("adamw", "cosine", False)])
 def test_finetune_flags_a_learning_rate_the_real_product_compiles_by_value(optimizer, schedule, flagged):
-    """SGD with a rate that changes every step recompiles its update on Trainium (notes §1, §2);
+    """SGD with a rate that changes every step recompiles its update on Trainium
+    (alpha of _foreach_add_ is static: TR python_ops/torch_mlir/ops/foreach_ops.py:120);
     the fine-tune step fails a check naming the op, the argument and the remedy."""
     from torch_neuronx.pilot.config import TOLERANCES
     from torch_neuronx.pilot.steps import finetune

@@ -232,3 +232,32 @@ def test_a_configuration_error_is_one_line_and_exit_2(tmp_path, capsys, monkeypa
     report = _strict_json(tmp_path / "report.json")
     assert report["error"]["kind"] == "bad_input" and "TORCHNEURON_64BIT" in report["error"]["message"]
     assert len(_error_lines(capsys.readouterr().err)) == 1
+
+
+def test_a_full_disk_keeps_the_previous_report_in_one_line(tmp_path, capsys):
+    """Issue 25: on a full disk the pilot kept the old report but ended in a traceback, exit 1,
+    and left its staging folder. A file-size limit stands in for the full disk (EFBIG)."""
+    import resource
+
+    from transformers import BertConfig, BertModel
+
+    ckpt = tmp_path / "bert"  # not a causal LM: a run that stops early and writes its report
+    BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                         vocab_size=64)).save_pretrained(ckpt)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.json").write_text('{"previous": true}')
+    previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, hard))
+    try:
+        code = main(["pilot", str(ckpt), "--out", str(out), *MINIMAL])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous_handler)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert _error_lines(err) == [f"error: cannot write the report in {out}: File too large; the previous report "
+                                 "is kept"] and "Traceback" not in err
+    assert (out / "report.json").read_text() == '{"previous": true}'
+    assert sorted(p.name for p in out.iterdir()) == ["report.json"]  # no staging folder left

@@ -33,14 +33,14 @@ def _performance():
         "shapes": {"8": _shape(2, 0.1, 0.02), "16": _shape(2, 0.2, 0.05)}}})
 
 
-def _compilation(kernel_signatures=10, estimate=4.0, per_kernel=0.5):
+def _compilation(kernel_signatures=10, projected_compile=None):
     cold = {"seconds": 3.0, "new_graphs": 0, "kernel_compilations": 7, "kernel_signatures": kernel_signatures,
-            "kernel_disk_hits": 0, "estimated_compile_seconds": estimate}
+            "kernel_disk_hits": 0}
     warm = {**cold, "seconds": 1.0, "kernel_compilations": 0}
     return compilation.CompilationResult(modes={"eager": {
         "available": True, "backend": None, "shapes": {"8": {"cold": cold, "warm": warm},
                                                         "16": {"cold": cold, "warm": warm}},
-        "fidelity": {"available": True, "compile_seconds_per_kernel_estimate": per_kernel}, "dynamo": None}})
+        "fidelity": {"available": True}, "dynamo": None, "projected_compile": projected_compile}})
 
 
 def _finetune():
@@ -51,8 +51,8 @@ def _finetune():
 
 
 def test_cost_is_measured_seconds_times_the_hourly_price():
-    result = cost.run(3.6, "--price-per-hour", "measured on neuron", 5, "neuron", _compilation(), _performance(),
-                      _finetune())
+    result = cost.run(cost.price_for("neuron", 3.6, "trn2.3xlarge"), "measured on neuron", 5, "neuron",
+                      _compilation(), _performance(), _finetune())
     job = result.generation["eager"]
     # the largest shape (16) at p50: TTFT + (gen_tokens - 1) per-token latencies
     assert job["seconds"] == pytest.approx(0.2 + 4 * 0.05)
@@ -62,18 +62,17 @@ def test_cost_is_measured_seconds_times_the_hourly_price():
     assert result.finetune == {"job": "3 fine-tune steps", "seconds": 2.0, "cost_usd": pytest.approx(2.0 * 3.6 / 3600)}
     overhead = result.compile_overhead
     assert overhead["measured_cold_seconds"] == pytest.approx(2 * (3.0 - 1.0))
-    assert overhead["estimated_neuronx_cc_seconds"] == pytest.approx(8.0)
-    assert overhead["estimated_empty_cache_seconds"] == pytest.approx(20 * 0.5)
-    assert overhead["estimated_empty_cache_cost_usd"] == pytest.approx(10.0 * 3.6 / 3600)
+    assert overhead["measured_cold_cost_usd"] == pytest.approx(4.0 * 3.6 / 3600)
+    assert overhead["projected_first_run"] == {}  # no projector: nothing projected
     assert cost.status(result) is None
     assert cost.summary(result) == f"eager: ${job['cost_usd']:.6f} per request at $3.60/h (measured on neuron)"
 
 
 def test_cost_without_a_price_is_not_available_and_says_why():
-    price, source = cost.price_for("cpu", None, None)
-    result = cost.run(price, source, "measured on cpu", 5, "cpu", _compilation(), _performance(), None)
+    result = cost.run(cost.price_for("cpu", None, None), "measured on cpu", 5, "cpu", _compilation(), _performance(),
+                      None)
     assert result.generation["eager"]["cost_usd"] is None and result.finetune is None
-    assert result.compile_overhead["estimated_neuronx_cc_seconds"] is None  # only the neuron device projects
+    assert result.compile_overhead["projected_first_run"] == {}  # only the neuron device projects
     assert cost.status(result) == "not_available"
     assert cost.summary(result) == "no price for a cpu machine; pass --price-per-hour"
 

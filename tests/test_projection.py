@@ -249,6 +249,29 @@ def test_graph_counts_only_its_own_inputs_and_outputs(trn2):
         trn2.graphs_summary({"other": 1})
 
 
+def test_fitted_graph_is_the_plans_graph_work_spill_included(monkeypatch):
+    """With no calibration file the process projects with the factors fitted on published results,
+    and a compiled graph costs what the plan's ``GraphWork`` does: its I/O plus the fitted share
+    of the intermediates its eager kernels would move (the ``_Pointwise`` graph: 2 of 4 tensors)."""
+    from torch_neuronx.projection import job
+
+    monkeypatch.delenv("TORCHNEURON_PROJECTION_CALIBRATION", raising=False)
+    f = P.fitted_factors()
+    proj = P.Projector("trn2.3xlarge")
+    cal = proj.calibration
+    assert (cal.efficiency["hbm"], cal.graph_spill_fraction) == (f.hbm_efficiency, f.spill_fraction)
+    x = torch.randn(1 << 20)
+    g = proj.add_graph("pointwise", torch.fx.symbolic_trace(_Pointwise()), [x])
+    size = 4 * (1 << 20)
+    assert (g.bytes, g.intermediate_bytes) == (2 * size, 4 * size)  # relu, mul, add: 6 tensors moved eagerly
+    hbm = proj.device.hbm_bytes_per_s
+    assert g.seconds == pytest.approx((2 * size + f.spill_fraction * 4 * size) / (hbm * f.hbm_efficiency))
+    work = job.GraphWork("pointwise", 0, 0.0, max(g.engine_seconds.values()), g.bytes, g.intermediate_bytes, hbm, 3)
+    assert proj.graphs_summary({"pointwise": 1})["device_seconds"] == pytest.approx(work.seconds(f))
+    assert P.Projector("trn2.3xlarge", calibration=P.defaults()).add_graph(
+        "pointwise", torch.fx.symbolic_trace(_Pointwise()), [x]).seconds < g.seconds  # bare defaults: no spill
+
+
 def test_graph_flops_match_eager_flops_and_aten_graphs_work(trn2):
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 16))
     x = torch.randn(32, 64)
@@ -307,24 +330,34 @@ def test_collective_errors():
 
 
 # --- compilation and cost --------------------------------------------------------------------------
-def test_compile_is_projected_apart_from_steady_state(trn2):
-    c = trn2.compile_summary(kernel_compiles=12, seconds_per_kernel=2.0, graph_compiles=3)
-    assert c["first_run_compile_seconds"] == 12 * 2.0 + 3 * DEFAULTS["compile_seconds_per_graph"]
-    with pytest.raises(P.ProjectionError):
-        trn2.compile_summary(kernel_compiles=-1, seconds_per_kernel=2.0)
+def test_compile_is_one_model_for_kernels_and_graphs(trn2, monkeypatch):
+    monkeypatch.delenv("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL", raising=False)
+    model = DATA["compile_time"]
+    base, per_op = model["seconds_per_program"]["value"], model["seconds_per_op"]["value"]
+    graphs = [P.GraphProgram(kernels=40, stablehlo_ops=300), P.GraphProgram(kernels=25)]
+    c = trn2.compile(eager_kernels=12, graphs=graphs)
+    # 12 one-kernel programs; a lowered graph by its StableHLO size; the other by its kernel count
+    assert c.seconds == pytest.approx(12 * (base + per_op) + (base + 300 * per_op) + (base + 25 * per_op))
+    assert (c.programs, c.eager_kernels, c.graphs, c.stablehlo_ops, c.kernel_ops) == (14, 12, 2, 300, 37)
+    assert c.to_dict()["label"] == "projected" and "StableHLO" in c.basis
+    monkeypatch.setenv("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL", "5")
+    assert trn2.compile(eager_kernels=2).seconds == pytest.approx(2 * (5 + per_op))
+    with pytest.raises(ValueError):
+        trn2.compile(eager_kernels=-1)
 
 
 def test_cost_of_n_steps_at_a_price(trn2):
-    c = trn2.cost(seconds_per_step=0.25, steps=1000, price_per_hour=7.2, compile_seconds=600)
-    assert c["label"] == "projected"
-    assert c["run_usd"] == pytest.approx(0.25 * 1000 * 7.2 / 3600)
-    assert c["total_usd"] == pytest.approx((250 + 600) * 7.2 / 3600)
+    c = trn2.cost(step_seconds=0.25, steps=1000, price_per_hour=7.2, compile_seconds=600)
+    assert c.to_dict()["label"] == "projected"
+    assert c.run_usd == pytest.approx(0.25 * 1000 * 7.2 / 3600)
+    assert c.total_usd == pytest.approx((250 + 600) * 7.2 / 3600)
+    assert trn2.cost(0.25, 1000, 7.2, instances=4).run_usd == pytest.approx(4 * c.run_usd)
     dated = trn2.cost(1.0, steps=3600)  # the dated third-party price of the table
     table = DATA["instances"]["trn2.3xlarge"]["prices"][0]
-    assert dated["run_usd"] == pytest.approx(table["usd_per_hour"])
-    assert dated["price"]["date"] == table["date"] and dated["price"]["source"] == table["source"]
+    assert dated.run_usd == pytest.approx(table["usd_per_hour"])
+    assert dated.price.date == table["date"] and dated.price.source == table["source"]
     unpriced = P.Projector("trn3", calibration=P.defaults()).cost(1.0, steps=10)
-    assert unpriced["run_usd"] is None and "no price" in unpriced["price"]["source"]
+    assert unpriced.run_usd is None and "no price" in unpriced.price.source
     with pytest.raises(ValueError):
         trn2.cost(1.0, price_per_hour=-1)
 
@@ -332,15 +365,16 @@ def test_cost_of_n_steps_at_a_price(trn2):
 def test_snapshot_is_json_and_labelled_projected(trn2):
     trn2.add_signature("aten::mm", "mm", (meta(4096, 4096), meta(4096, 4096)))
     snap = trn2.snapshot(calls={"mm": 10}, collectives=[P.CollectiveRecord("all_reduce", 1 << 26, 4, "chip")],
-                         compiles={"kernel_compiles": 1, "seconds_per_kernel": 2.0}, steps=100)
+                         eager_kernels=1, steps=100)
     data = json.loads(json.dumps(snap))
     for section in ("eager", "graphs", "collectives", "compile", "cost", "device"):
         assert data[section]["label"] == "projected", section
     comm = data["collectives"]["seconds"]
     compute = data["eager"]["device_seconds"]
-    assert data["step_seconds_no_overlap"] == pytest.approx(compute + comm)
-    assert data["step_seconds_full_overlap"] == pytest.approx(max(compute, comm))
+    assert data["step"]["seconds"] == pytest.approx(compute + comm)
+    assert data["step"]["seconds_full_overlap"] == pytest.approx(max(compute, comm))
     assert data["cost"]["run_seconds"] == pytest.approx(100 * (compute + comm))
+    assert data["cost"]["compile_seconds"] == data["compile"]["seconds"] > 0
 
 
 # --- calibration ---------------------------------------------------------------------------------
@@ -360,6 +394,16 @@ def test_calibration_replaces_defaults(tmp_path, monkeypatch):
     assert "measured on trn2.3xlarge" in proj.describe()["calibration"]
     monkeypatch.setenv("TORCHNEURON_PROJECTION_CALIBRATION", str(tmp_path / "cal.json"))
     assert P.active_calibration().efficiency["tensor"] == 0.5
+
+
+def test_retired_compile_seconds_per_graph_is_ignored_with_one_warning(tmp_path):
+    """Older calibration files still load: the retired field changes nothing and says so once."""
+    with pytest.warns(UserWarning, match=r"compile_seconds_per_graph is ignored") as caught:
+        old = calibration_file(tmp_path, efficiency={"tensor": 0.5}, compile_seconds_per_graph=40.0)
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    assert not hasattr(old, "compile_seconds_per_graph") and old.efficiency["tensor"] == 0.5
+    proj = P.Projector("trn2.3xlarge", calibration=old)
+    assert proj.compile(eager_kernels=3).seconds == P.project_compile(eager_kernels=3).seconds
 
 
 @pytest.mark.parametrize("fields,message", [
@@ -420,7 +464,7 @@ def test_default_projector_snapshot_and_reset():
     P.reset()
     with pytest.raises(P.ProjectionError):
         P.snapshot(calls={"default-mm": 1})
-    assert math.isfinite(P.snapshot()["step_seconds_no_overlap"])
+    assert math.isfinite(P.snapshot()["step"]["seconds"])
 
 
 def test_bytes_are_counted_as_pytorch_runtime_estimator_counts_them():
@@ -503,3 +547,24 @@ def test_collective_log_places_ranks_beyond_one_instance_on_efa(monkeypatch):
     assert rec == P.CollectiveRecord("all_reduce", 32, 6, "efa")
     log.record("reduce_scatter_tensor", [torch.ones(8)], Group())
     assert log.counts[P.CollectiveRecord("reduce_scatter", 6 * 32, 6, "efa")] == 1
+
+
+def test_one_hardware_table_feeds_profiles_nki_and_the_projection():
+    """Each chip figure is held once (hardware.json): the instance profiles, the NKI limits and
+    the projection's device model agree (the NKI table once said 362.5 GB/s of DMA per trn2
+    core where the projection said 437.5)."""
+    from torch_neuronx.nki import hardware as nki_hardware
+
+    for instance in ("trn1.2xlarge", "trn2.48xlarge", "trn3"):
+        profile = get_profile(instance)
+        entry = DATA["instances"][instance]
+        target = DATA["targets"][entry["target"]]
+        assert profile.chips == entry["chips"]["value"]
+        assert profile.cores_per_chip == target["physical_cores_per_chip"]["value"]
+        assert profile.hbm_per_chip == target["per_chip"]["hbm_capacity_bytes"]["value"]
+        device = P.device_model(instance, lnc=1)  # one physical core
+        limits = nki_hardware.limits(entry["target"])
+        assert limits["dma_bytes_per_s"] == device.dma_bytes_per_s
+        # TensorE peak = 128 x 128 PEs x 2 FLOP x the TensorE clock NKI uses
+        assert device.tensor_flops["bf16"] == pytest.approx(128 * 128 * 2 * limits["tensor_hz"], rel=1e-5)
+    assert nki_hardware.limits("trn2")["dma_bytes_per_s"] == pytest.approx(3.5e12 / 8)

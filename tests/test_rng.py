@@ -1,7 +1,7 @@
 """Random numbers on neuron come from the CPU default generator, as on the real
-product (notes §8, /work/shared/research/torchneuron-source-2026-04.md: randn,
-rand, normal_, bernoulli_ and dropout fall back to CPU and consume its stream,
-TR tests/device/test_rng_state.py:85-104, TR .../ops/dropout.py:30-34). The
+product (randn, rand, normal_, bernoulli_ and dropout fall back to CPU and consume its
+stream: TR tests/device/test_rng_state.py:85-104, TR .../ops/dropout.py:30-34; TR is
+defined in ARCHITECTURE.md, "How the real product is cited"). The
 per-core generators behind ``torch.neuron.manual_seed`` / ``get_rng_state``
 exist and are seeded and saved (TR torch_neuronx/neuron.py:94-190), but no op
 draws from them unless passed explicitly."""
@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 
 def test_neuron_draws_equal_cpu_draws_in_the_same_order():
-    # §8: "random tensors created on neuron are the same values as CPU draws
-    # of the same shapes in the same order".
+    # torch.randn(device='neuron') "falls back to CPU, consuming CPU RNG state"
+    # (TR tests/device/test_rng_state.py:85-104): the same values as CPU draws in the same order.
     torch.manual_seed(7)
     a = torch.randn(5, 7, device="neuron")
     b = torch.rand(100, device="neuron:2")
@@ -26,7 +26,7 @@ def test_neuron_draws_equal_cpu_draws_in_the_same_order():
 
 
 def test_drawing_on_neuron_advances_the_cpu_stream():
-    # §8: "generating on neuron advances the CPU stream".
+    # Generating on neuron advances the CPU stream (TR tests/device/test_rng_state.py:85-104).
     torch.manual_seed(1)
     torch.randn(10, device="neuron")
     after_neuron = torch.randn(4)
@@ -38,7 +38,7 @@ def test_drawing_on_neuron_advances_the_cpu_stream():
 
 
 def test_dropout_masks_follow_torch_manual_seed():
-    # §8: dropout masks are reproducible under torch.manual_seed
+    # Dropout masks are reproducible under torch.manual_seed
     # (TR tests/python_ops/test_native_dropout.py:188-230).
     ones = torch.ones(256, device="neuron")
     torch.manual_seed(3)
@@ -52,7 +52,7 @@ def test_dropout_masks_follow_torch_manual_seed():
 
 
 def test_sdpa_dropout_follows_torch_manual_seed():
-    # §8: SDPA dropout uses the CPU generator (TR .../scaled_dot_product_attention.py:153).
+    # SDPA dropout uses the CPU generator (TR .../scaled_dot_product_attention.py:153).
     q, k, v = (torch.randn(1, 2, 8, 4).to("neuron") for _ in range(3))
     torch.manual_seed(11)
     first = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
@@ -68,7 +68,8 @@ def test_sdpa_dropout_follows_torch_manual_seed():
 
 
 def test_neuron_manual_seed_does_not_change_what_ops_draw():
-    # §8: "torch.neuron.manual_seed alone has no effect on them".
+    # No op uses the neuron generator (TR .../ops/dropout.py:30-34, test_rng_state.py:85-104), so
+    # torch.neuron.manual_seed alone has no effect on what ops draw.
     torch.manual_seed(5)
     torch.neuron.manual_seed(123)
     a = torch.randn(32, device="neuron")

@@ -1,4 +1,5 @@
-"""Lowering to StableHLO with torch-mlir, as the real product does (notes §1, §3, §4).
+"""Lowering to StableHLO with torch-mlir, as the real product does (TR
+neuron_dynamo_backend/fx/fx_transform.py:184-237; TR: ARCHITECTURE.md, "How the real product is cited").
 
 Compiled graphs: every forward/backward graph is lowered, its key is the hash of
 the StableHLO text, artifacts are written on request, and a graph that does not
@@ -20,7 +21,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import torch_neuronx
 from torch_neuronx.compile import stablehlo
 from torch_neuronx.compile.kernel_lowering import KernelLoweringCollector, lower_kernel
-from torch_neuronx.compile.metrics import estimated_compile_seconds
+from torch_neuronx.projection import graph_compile_seconds
 from torch_neuronx.fidelity import use_neff_cache
 
 pytest.importorskip("torch_mlir")
@@ -74,8 +75,10 @@ def test_forward_and_backward_graphs_are_lowered_with_real_records(tmp_path, mon
         assert record["graph_node_count"] > 5 and record["timings"] == "host"
         assert record["torch_neuronx_lower_us"] > 0 and record["torch_neuronx_compile_us"] > 0
         assert record["neff_cache"] == "compiled"
-        assert record["estimated_compile_s"] == estimated_compile_seconds(record["stablehlo_op_count"])
-        # The artifact is the StableHLO the key was computed from (notes §3: artifacts directory).
+        assert record["estimated_compile_s"] == graph_compile_seconds(record["stablehlo_op_count"],
+                                                                      record["graph_node_count"])
+        # The artifact is the StableHLO the key was computed from
+        # (TR neuron_dynamo_backend/utils/stablehlo_utils.py:14-56).
         artifact = tmp_path / "debug" / "stablehlo" / "proc_0" / f"{record['graph_name'].lower()}.stablehlo.mlir"
         text = artifact.read_text()
         assert text.startswith("module") and "stablehlo.dot_general" in text
@@ -109,7 +112,8 @@ def test_graph_that_does_not_lower_raises_the_real_error_by_default():
     x = torch.randn(4, device="neuron")
     with pytest.raises(Exception) as info:
         torch.compile(NOT_LOWERING_OP, backend="neuron")(x)
-    # TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION defaults to True (Neuron 2.33 docs, notes §3/§4).
+    # TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION defaults to True
+    # (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/reference/env-vars.html).
     cause = info.value.inner_exception  # Dynamo's BackendCompilerFailed wraps what the backend raised
     assert isinstance(cause, RuntimeError)
     assert str(cause).startswith("Neuron backend NEFF execution setup failed with unexpected error:")

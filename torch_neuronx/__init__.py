@@ -20,7 +20,7 @@ import os  # noqa: E402
 
 import torch  # noqa: E402
 
-from . import _C  # noqa: E402
+from .runtime.extension import _C  # noqa: E402  (loads the C++ extension, registering the device)
 from .runtime import profiles as _profiles  # noqa: E402
 
 __version__ = "0.1.0"

@@ -177,7 +177,7 @@ def collectives():
     out_splits = [(s + rank) % 3 + 1 for s in range(world)]          # what s sends me
     inp = torch.randn(sum(in_splits), 2)
     out = torch.empty(sum(out_splits), 2, device=dev)
-    # Uneven splits: the real product's error (notes §9) unless the switch allows them.
+    # Uneven splits: the real product's error (TR distributed/backend.py:1378-1446) unless the switch allows them.
     _raises(NotImplementedError, "alltoall_base: Only even split sizes are supported. Got output_split_sizes",
             lambda: dist.all_to_all_single(out, inp.to(dev), out_splits, in_splits))
     os.environ["TORCHNEURON_ALLOW_UNSUPPORTED_COLLECTIVES"] = "1"
@@ -555,8 +555,9 @@ def projected_collectives():
     summary = P.snapshot()["collectives"]
     device = P.device_model()
     ring = (world - 1) / world
-    bandwidth = device.link_bytes_per_s["chip"] * P.defaults().efficiency["link"]
-    seconds = P.defaults().link_latency_seconds["chip"] * (world - 1) * 4 \
+    cal = P.get_projector().calibration  # the calibration in force (the fitted factors unless a file is named)
+    bandwidth = device.link_bytes_per_s["chip"] * cal.efficiency["link"]
+    seconds = cal.link_latency_seconds["chip"] * (world - 1) * 4 \
         + ring * (2 * 4096 + 4096 + 4096 * world) / bandwidth
     assert abs(summary["seconds"] - seconds) <= 1e-9 * seconds, (summary, seconds)
     dist.destroy_process_group()

@@ -1,8 +1,8 @@
 """``torchneuron coverage``: sweep every causal-LM architecture of the installed Transformers.
 
 See docs/coverage.md for the checks, the isolation and how the figures are computed.
-Exit code: 0 when no architecture fails on the device while passing on CPU, 1 otherwise,
-2 for bad options.
+Exit code (``runtime/exit_codes.py``): SUCCESS when no architecture fails on the device while
+passing on CPU, FAILURE otherwise, USER_ERROR for bad options.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ def installed_architectures() -> list[str]:
 
 def select(args: argparse.Namespace, installed: list[str]) -> list[str]:
     from torch_neuronx.coverage.popular import POPULAR_TEXT_GENERATION
+    from torch_neuronx.runtime.errors import UsageError
 
     chosen = installed
     if args.popular:
@@ -31,7 +32,7 @@ def select(args: argparse.Namespace, installed: list[str]) -> list[str]:
         wanted = [m.strip() for m in args.only.split(",") if m.strip()]
         unknown = [m for m in wanted if m not in installed]
         if unknown:
-            raise ValueError(f"not a causal-LM architecture of the installed Transformers: {', '.join(unknown)}")
+            raise UsageError(f"not a causal-LM architecture of the installed Transformers: {', '.join(unknown)}")
         chosen = wanted
     return chosen[: args.limit] if args.limit else chosen
 
@@ -53,7 +54,6 @@ def run(args: argparse.Namespace) -> int:
     import torch
     import transformers
     from rich.console import Console
-    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
@@ -62,19 +62,20 @@ def run(args: argparse.Namespace) -> int:
 
     from torch_neuronx.pilot.config import PilotError
     from torch_neuronx.pilot.device import resolve_device
+    from torch_neuronx.runtime.errors import UsageError
+    from torch_neuronx.runtime.exit_codes import ExitCode
 
     console = Console()
     installed = installed_architectures()
     try:  # every option checked before a worker starts: a sweep on an unusable device is minutes of failures
         if args.jobs < 1 or not math.isfinite(args.timeout) or args.timeout <= 0:
-            raise ValueError("--jobs must be at least 1 and --timeout a positive number of seconds")
+            raise UsageError("--jobs must be at least 1 and --timeout a positive number of seconds")
         if args.limit is not None and args.limit < 1:
-            raise ValueError(f"--limit must be at least 1 (got {args.limit})")
+            raise UsageError(f"--limit must be at least 1 (got {args.limit})")
         chosen = select(args, installed)
         resolve_device(args.device)
-    except (ValueError, PilotError) as exc:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False)
-        return 2
+    except PilotError as exc:  # the device named by --device cannot be used
+        raise UsageError(str(exc)) from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     if summary["device_failures"]:
         console.print(f"[bold red]device-only failures:[/bold red] {', '.join(summary['device_failures'])}")
     console.print(f"report: {out / 'coverage.json'}")
-    return 1 if summary["device_failures"] else 0
+    return ExitCode.FAILURE if summary["device_failures"] else ExitCode.SUCCESS
 
 
 def add_parser(sub) -> None:

@@ -28,7 +28,7 @@ def collect() -> dict:
         "logical_cores_total": topo.total_logical_cores,
         "visible_cores": topo.device_count,
         "hbm_per_core_bytes": topo.hbm_per_core,
-        "price": price(profile.name),
+        "price": price(profile.name).to_dict(),
         "torch_version": torch.__version__,
         "cores": cores,
         "fidelity": _fidelity(),
@@ -94,12 +94,14 @@ def _fidelity_rows(fidelity: dict) -> list[tuple[str, str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from torch_neuronx.runtime.exit_codes import ExitCode
+
     info = collect()
     if args.json:
         print(json.dumps(info, indent=2))
     else:
         render(info)
-    return 0
+    return ExitCode.SUCCESS
 
 
 def add_parser(sub) -> None:

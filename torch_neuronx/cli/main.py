@@ -2,8 +2,11 @@
 
 Each subcommand lives in its own module exposing ``add_parser(subparsers)``,
 which registers its arguments and sets ``func`` to the function that runs it
-(returning the process exit code). A :class:`ConfigError` (an environment
-variable the runtime cannot use) is one line on stderr and exit code 2.
+(returning an :class:`ExitCode`). Every exit goes through that one map
+(``runtime/exit_codes.py``): a :class:`UserError` — a command-line mistake
+(:class:`UsageError`, a bad flag included) or an environment variable the
+runtime cannot use (:class:`ConfigError`) — is one line on stderr and
+``USER_ERROR``; SIGINT / SIGTERM is one line and ``INTERRUPTED`` / ``TERMINATED``.
 """
 from __future__ import annotations
 
@@ -11,11 +14,22 @@ import argparse
 import importlib
 import sys
 
+from torch_neuronx.runtime.errors import UsageError, UserError
+from torch_neuronx.runtime.exit_codes import ExitCode, interrupted_by
+
 SUBCOMMANDS = ("info", "pilot", "coverage", "plan")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's own mistakes (an unknown flag, a bad value) become a :class:`UsageError`,
+    reported like every other user error instead of a usage block and ``sys.exit``."""
+
+    def error(self, message: str):
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="torchneuron",
         description="TorchNeuron-OSS: the `neuron` PyTorch device (AWS Trainium), emulated on the host.",
     )
@@ -32,18 +46,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from torch_neuronx.runtime.errors import ConfigError
+    from torch_neuronx.runtime.interrupts import interrupt_signal, sigterm_as_interrupt
 
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
     try:
-        return int(args.func(args) or 0)
-    except ConfigError as exc:  # a bad environment variable: one line, like every bad input
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return ExitCode.USER_ERROR
+        with sigterm_as_interrupt():
+            return ExitCode(args.func(args) or ExitCode.SUCCESS)
+    except UserError as exc:  # the user's input: one line, like every bad input
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USER_ERROR
+    except KeyboardInterrupt as exc:  # a command that does not report its own interruption
+        signum = interrupt_signal(exc)
+        print(f"error: interrupted by {signum.name}", file=sys.stderr)
+        return interrupted_by(signum)
 
 
 if __name__ == "__main__":

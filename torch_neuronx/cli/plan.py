@@ -1,56 +1,247 @@
 """``torchneuron plan MODEL``: per-rank HBM, compilations, projected step time and cost of a
-layout, without allocating the model. See docs/plan.md."""
+layout, without allocating the model; ``--validate``: the projection against AWS's published
+Trainium results. See docs/plan.md.
+
+Every argument is checked before any work (:func:`check_arguments`, :func:`check_outputs`):
+a bad one is one line and ``ExitCode.USER_ERROR``. The outputs are staged and published whole,
+so an error, a full disk or an interrupt (``INTERRUPTED`` / ``TERMINATED``) leaves the previous
+plan intact.
+"""
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 from pathlib import Path
+
+# Upper bounds, so a typo is one line instead of an overflow deep in the trace: 16 Mi tokens
+# is above the longest published context window (10 M) and far past any core's HBM, and
+# keeping tokens per rank (batch × sequence) under it keeps the traced [batch, heads, seq,
+# seq] attention scores inside int64 sizes.
+MAX_SEQ_LEN = 2**24
+MAX_TOKENS_PER_RANK = 2**24
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise a one-line ``UsageError`` for a flag value (or calibration file) no plan can use,
+    before the model is read. Extend it when adding a flag."""
+    from torch_neuronx.projection import active_calibration
+    from torch_neuronx.runtime.errors import UsageError
+    from torch_neuronx.runtime.profiles import PROFILES
+
+    active_calibration()  # TORCHNEURON_PROJECTION_CALIBRATION, read now rather than after the trace
+    if args.instance not in PROFILES:
+        raise UsageError(f"--instance {args.instance!r} is not a known instance profile; "
+                         f"choose one of {', '.join(PROFILES)}")
+    price = args.price_per_hour
+    if price is not None and not (math.isfinite(price) and price > 0):
+        raise UsageError(f"--price-per-hour must be a positive, finite number of USD (got {price})")
+    sequence_flag = "--input-len" if args.infer and args.input_len is not None else "--seq-len"
+    for flag, value in ((sequence_flag, _seq_len(args)), ("--output-len/--decode-tokens", args.output_len)):
+        if value > MAX_SEQ_LEN:
+            raise UsageError(f"{flag} {value:,} is above the limit of {MAX_SEQ_LEN:,} tokens "
+                             "(longer than any published context window)")
+    if _batch(args) * _seq_len(args) > MAX_TOKENS_PER_RANK:
+        raise UsageError(f"batch {_batch(args):,} × sequence {_seq_len(args):,} is above the limit of "
+                         f"{MAX_TOKENS_PER_RANK:,} tokens per rank per step")
+
+
+def _seq_len(args: argparse.Namespace) -> int:
+    """The training sequence, or the prompt with --infer."""
+    return args.input_len if args.infer and args.input_len is not None else args.seq_len
+
+
+def _batch(args: argparse.Namespace) -> int:
+    return args.micro_batch if args.micro_batch is not None else args.batch_size
+
+
+def _model_config_file(model: str) -> Path | None:
+    path = Path(model)
+    return path / "config.json" if path.is_dir() else path if path.is_file() else None
+
+
+def check_outputs(args: argparse.Namespace) -> list[Path]:
+    """The files this run will write, each checked now: ``--out``, plus the page beside it
+    when ``--out`` ends in ``.json``. Never the model's config; never a file another tool
+    wrote unless ``--force``; always in a directory that can be written."""
+    from torch_neuronx.plan.html import is_plan_page
+    from torch_neuronx.plan.render import is_plan_json
+    from torch_neuronx.runtime.errors import UsageError
+    from torch_neuronx.runtime.staged_files import unwritable_reason
+
+    out = Path(args.out)
+    targets = [out] + ([out.with_suffix(".html")] if out.suffix.lower() == ".json" else [])
+    source = _model_config_file(args.model)
+    for target, recognised in zip(targets, (is_plan_json, is_plan_page)):
+        what = "--out" if target is out else f"the page beside --out, {target},"
+        if source is not None and target.resolve() == source.resolve():
+            raise UsageError(f"{what} {target} is the model config being planned: plan never writes over its "
+                             "input; choose another --out")
+        problem = unwritable_reason(target)
+        if problem:
+            raise UsageError(f"{what} {target} {problem}")
+        if target.exists() and not args.force and not recognised(target):
+            raise UsageError(f"{what} {target} exists and was not written by torchneuron plan; pass --force "
+                             "to replace it, or choose another --out")
+    return targets
+
+
+def _warn_past_context(planner, args: argparse.Namespace) -> None:
+    context = getattr(planner.config, "max_position_embeddings", None)
+    tokens = _seq_len(args) + (args.output_len if args.infer else 0)
+    if context and tokens > context:
+        print(f"warning: {tokens:,} tokens per sequence is past the model's context of {context:,} "
+              "(max_position_embeddings): the plan extrapolates a length the model was not built for",
+              file=sys.stderr)
+
+
+def _previous(targets: list[Path]) -> str:
+    """What an interrupted or failed run leaves, for its one-line message."""
+    kept = [str(t) for t in targets if t.exists()]
+    return f"{' and '.join(kept)} kept as before" if kept else "nothing written"
+
+
+def _publish(plan: dict, targets: list[Path], files) -> None:
+    """Stage every output in ``files`` (a ``StagedFiles``), then publish them together; an
+    OSError leaves the previous ones."""
+    from torch_neuronx.plan.html import render_html
+    from torch_neuronx.plan.render import json_text
+    from torch_neuronx.runtime.errors import UsageError
+
+    texts = [json_text(plan)]  # strict JSON first: a non-finite figure fails before anything is staged
+    if len(targets) > 1:
+        texts.append(render_html(plan, json_name=targets[0].name))
+    try:
+        for target, text in zip(reversed(targets), reversed(texts)):  # the page first, the JSON last
+            files.write_text(target, text)
+        files.publish()
+    except OSError as exc:
+        raise UsageError(f"cannot write {exc.filename}: {exc.strerror or exc}; {_previous(targets)}") from None
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from torch_neuronx.plan.validate import validate
+    from torch_neuronx.runtime.exit_codes import ExitCode
+
+    doc = Path(args.docs) if args.docs else None
+    _, _, markdown = validate(retrace=args.retrace, doc=doc)
+    print(markdown)
+    if doc is not None:
+        print(f"wrote the table into {doc}")
+    return ExitCode.SUCCESS
+
+
+def _layout(args: argparse.Namespace, planner):
+    from torch_neuronx.plan import Layout
+    from torch_neuronx.runtime.errors import UsageError
+
+    if args.fsdp is not None:
+        if args.dp is not None and args.dp != args.fsdp or args.shard not in (None, "fsdp"):
+            raise UsageError("--fsdp F means --dp F --shard fsdp: give one or the other")
+        dp, shard = args.fsdp, "fsdp"
+    else:
+        dp, shard = args.dp or 1, args.shard or "fsdp"
+    lnc = args.lnc or planner.profile.default_lnc
+    return Layout(args.tp, dp, _batch(args), args.activation_checkpointing, lnc, args.instances, pp=args.pp,
+                  shard=shard, global_batch=args.global_batch, sequence_parallel=args.sequence_parallel)
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from torch_neuronx.plan import Layout, Planner
-    from torch_neuronx.plan.html import render_html
-    from torch_neuronx.plan.render import show, show_sweep, write_json
+    from torch_neuronx.plan import Planner
+    from torch_neuronx.plan.render import show, show_sweep
+    from torch_neuronx.runtime.errors import UsageError
+    from torch_neuronx.runtime.exit_codes import ExitCode, interrupted_by
+    from torch_neuronx.runtime.interrupts import interrupt_signal
+    from torch_neuronx.runtime.staged_files import StagedFiles
 
-    planner = Planner(args.model, args.instance, args.seq_len, "infer" if args.infer else "train", args.dtype,
-                      args.decode_tokens, args.price_per_hour)
-    lnc = args.lnc or planner.profile.default_lnc
-    layout = Layout(args.tp, args.fsdp, args.batch_size, args.activation_checkpointing, lnc, args.instances)
-    console = Console()
-    plan = planner.plan(layout)
-    show(plan, console)
-    if args.sweep:
-        plan["sweep"] = planner.sweep(layout)
-        show_sweep(plan["sweep"], console)
-    out = Path(args.out)
-    write_json(plan, out)
-    page = out.with_suffix(".html")
-    page.write_text(render_html(plan), encoding="utf-8")
-    console.print(f"wrote {out} and {page}")
-    return 0
+    if args.validate:
+        return _validate(args)
+    if args.model is None:
+        raise UsageError("plan needs a MODEL (or --validate)")
+    check_arguments(args)
+    targets = check_outputs(args)
+    written = " and ".join(map(str, targets))
+    with StagedFiles() as files:
+        try:  # SIGTERM arrives as an interrupt too (cli/main.py)
+            planner = Planner(args.model, args.instance, _seq_len(args), "infer" if args.infer else "train",
+                              args.precision or args.dtype or "bf16", args.output_len, args.price_per_hour,
+                              args.mode)
+            layout = _layout(args, planner)
+            planner.check(layout)
+            _warn_past_context(planner, args)
+            console = Console()
+            plan = planner.plan(layout)
+            show(plan, console)
+            if args.sweep:
+                plan["sweep"] = planner.sweep(layout)
+                show_sweep(plan["sweep"], console)
+            _publish(plan, targets, files)
+            console.print(f"wrote {written}")
+        except KeyboardInterrupt as exc:  # held back while publishing, so either before it or after
+            signum = interrupt_signal(exc)
+            outcome = f"{written} already written" if files.published else _previous(targets)
+            print(f"error: interrupted by {signum.name}; {outcome}", file=sys.stderr)
+            return interrupted_by(signum)
+    return ExitCode.SUCCESS
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("plan", help="size a training or inference job on Trainium without allocating it",
                        description="Per-rank HBM, first-run compilations, projected step time, tokens/s, MFU "
-                       "and cost of a TP × FSDP layout. Exit code 2 on bad input.")
-    p.add_argument("model", help="a config.json, a checkpoint directory, or a bundled config "
-                                 "(llama-3-8b, llama-3-70b, qwen2.5-7b)")
+                       "and cost of a TP × PP × DP layout (training) or TTFT and time per output token "
+                       "(inference), in compiled or eager mode. Exit code 2 on bad input; 130 / 143 when "
+                       "interrupted by SIGINT / SIGTERM (the previous plan is kept).")
+    p.add_argument("model", nargs="?", help="a config.json, a checkpoint directory, or a bundled config "
+                                            "(llama-3-8b, llama-3.1-70b, bert-large-uncased, ...)")
     p.add_argument("--instance", default="trn2.48xlarge", help="instance type (default trn2.48xlarge)")
     p.add_argument("--instances", type=int, default=1, help="number of instances (default 1)")
     p.add_argument("--lnc", type=int, default=None, help="logical NeuronCore config (default: the instance's)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
-    p.add_argument("--fsdp", type=int, default=1, help="FSDP degree (default 1)")
-    p.add_argument("--seq-len", type=int, default=2048, help="sequence length (default 2048)")
-    p.add_argument("--batch-size", type=int, default=1, help="sequences per FSDP rank (default 1)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages, 1F1B schedule (default 1)")
+    p.add_argument("--dp", type=int, default=None, help="data-parallel degree (default 1)")
+    p.add_argument("--shard", choices=("fsdp", "zero1", "none"), default=None,
+                   help="what data parallelism shards: fsdp (parameters, gradients, optimizer state), "
+                        "zero1 (optimizer state), none (default fsdp)")
+    p.add_argument("--fsdp", type=int, default=None, help="same as --dp F --shard fsdp")
+    p.add_argument("--seq-len", type=int, default=2048,
+                   help=f"training sequence length (default 2048, at most {MAX_SEQ_LEN:,})")
+    p.add_argument("--micro-batch", type=int, default=None, help="sequences per data-parallel rank per micro-step")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help="sequences per optimizer step; must be a multiple of micro-batch × dp "
+                        "(default: micro-batch × dp, no accumulation)")
+    p.add_argument("--batch-size", type=int, default=1,
+                   help="inference: sequences in the batch; training: same as --micro-batch (default 1)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--train", action="store_true", help="one training step (default)")
-    mode.add_argument("--infer", action="store_true", help="prefill plus --decode-tokens decode steps")
-    p.add_argument("--decode-tokens", type=int, default=128, help="decode steps with --infer (default 128)")
-    p.add_argument("--dtype", default="bf16", help="bf16 (default), fp16 or fp32")
+    mode.add_argument("--infer", action="store_true", help="prefill of --input-len, then --output-len decode steps")
+    mode.add_argument("--validate", action="store_true",
+                      help="project AWS's published Trainium results, fit the physical factors, print the "
+                           "leave-one-out error and write the table into --docs")
+    p.add_argument("--input-len", type=int, default=None, help="prompt tokens with --infer (default --seq-len)")
+    p.add_argument("--output-len", "--decode-tokens", dest="output_len", type=int, default=128,
+                   help="output tokens with --infer (default 128)")
+    p.add_argument("--precision", choices=("bf16", "fp16", "fp32", "autocast-bf16"), default=None,
+                   help="bf16 (default), fp16, fp32, or autocast-bf16 (fp32 master weights and optimizer "
+                        "state, bf16 compute)")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None, help="same as --precision")
+    p.add_argument("--mode", choices=("compile", "eager"), default="compile",
+                   help="compile: one graph per forward, backward, optimizer step, prefill, decode "
+                        "(default); eager: one kernel launch per op")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="split the hidden-state elementwise work (norms, residuals) over the TP group")
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute each decoder layer")
     p.add_argument("--price-per-hour", type=float, default=None, help="USD per instance-hour (default: price table)")
-    p.add_argument("--sweep", action="store_true", help="rank fitting TP × FSDP × batch layouts by cost per token")
-    p.add_argument("--out", default="plan.json", help="where to write the plan (default plan.json; the page goes beside it as .html)")
+    p.add_argument("--sweep", action="store_true",
+                   help="rank fitting TP × DP × micro-batch layouts by cost per token")
+    p.add_argument("--out", default="plan.json",
+                   help="where to write the plan (default plan.json); an --out ending in .json also gets the "
+                        "page beside it (plan.html), any other name only that file")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing --out (or page) that torchneuron plan did not write")
+    p.add_argument("--retrace", action="store_true", help="with --validate: trace the published rows again")
+    p.add_argument("--docs", default="docs/projection.md",
+                   help="with --validate: the document whose generated section gets the table "
+                        "(default docs/projection.md; '' to skip)")
     p.set_defaults(func=run)

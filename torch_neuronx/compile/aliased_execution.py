@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .. import _C
+from ..runtime.extension import _C
 from .metrics import METRICS
 
 

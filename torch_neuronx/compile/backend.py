@@ -30,6 +30,7 @@ from torch._guards import CompileContext, detect_fake_mode
 from torch._inductor import config as inductor_config
 from torch._inductor.compile_fx import compile_fx_inner, partition_fn
 from torch._inductor.decomposition import select_decomp_table
+from torch._inductor.virtualized import V
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from ..fidelity import projected
@@ -38,7 +39,8 @@ from ..runtime.log import get_logger
 from ..runtime.settings import get_flag
 from . import artifacts, cache, device_interface, kernel_lowering, passes, stablehlo
 from .aliased_execution import alias_runner
-from .metrics import METRICS, GraphRecord, NeuronCompilationMetrics, estimated_compile_seconds
+from ..projection import graph_compile_seconds
+from .metrics import METRICS, GraphRecord, NeuronCompilationMetrics
 
 _log = get_logger("compile")
 artifacts.install()  # Inductor's artefacts degrade instead of breaking the job (compile/artifacts.py)
@@ -66,8 +68,8 @@ def fallback_enabled(options: dict | None = None) -> bool:
 
     The ``fallback_execution`` compile option wins; otherwise
     ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION`` decides, default True (no
-    fallback) as in the Neuron 2.33 docs (the April source defaulted to False;
-    notes §3, §4).
+    fallback) as in the Neuron 2.33 docs (the April source defaulted to False:
+    TR ``neuron_dynamo_backend/backend.py:232-242``).
     """
     if options and options.get("fallback_execution") is not None:
         return bool(options["fallback_execution"])
@@ -97,7 +99,8 @@ def _graph_outputs(gm: torch.fx.GraphModule) -> list[Any]:
 
 
 def _graph_compiler_config() -> dict:
-    """The compiler suffix of a compiled graph's key: the eager one at ``-O2`` (notes §1, §3)."""
+    """The compiler suffix of a compiled graph's key: the eager one at ``-O2``
+    (TR ``torch_neuronx/csrc/core/KernelExecution.cpp:24-57``, ``NeuronCompiler.cpp:235-256``)."""
     from ..fidelity.accounting import compiler_config
 
     topology = torch.neuron.topology()
@@ -110,8 +113,9 @@ def _us_since(start: float) -> float:
 
 def _lower(gm: torch.fx.GraphModule, record: NeuronCompilationMetrics) -> stablehlo.Lowered | None:
     """``gm`` in StableHLO; None when not checked (switched off, torch-mlir absent or failing
-    without a cause). When torch-mlir fails without naming an op, the graph's kernels are
-    lowered one by one: one that does not lower alone fails the graph, named."""
+    without a cause). When torch-mlir fails without naming an op (or names only a constant it
+    left unconverted), the graph's kernels are lowered one by one: one that does not lower
+    alone fails the graph, named."""
     if not get_flag("TORCHNEURON_LOWER_GRAPHS"):
         record.lowering = "not checked (TORCHNEURON_LOWER_GRAPHS=0)"
         return None
@@ -123,7 +127,7 @@ def _lower(gm: torch.fx.GraphModule, record: NeuronCompilationMetrics) -> stable
     try:
         return stablehlo.lower_fx_graph(gm)  # function "main": the key must not depend on the AOT counter
     except stablehlo.LoweringError as exc:
-        if exc.unsupported:
+        if exc.unsupported and exc.names_op:
             raise
         failing = kernel_lowering.kernels_not_lowering(gm)
         if failing:
@@ -153,7 +157,7 @@ def _lower_and_account(
         record.graph_id, {"op": record.graph_name, "signature": "compiled graph", "compiler": compiler}
     )
     if record.neff_cache == "compiled":
-        record.estimated_compile_s = estimated_compile_seconds(record.stablehlo_op_count)
+        record.estimated_compile_s = graph_compile_seconds(record.stablehlo_op_count, record.graph_node_count)
 
 
 def _compile_aot_graph(
@@ -231,7 +235,7 @@ def _aot_neuron(settings: _Settings) -> Callable:
 
 def _settings(mode: str | None, options: dict | None) -> _Settings:
     if mode not in (None, "default"):
-        # The real backend's message, on each backend call (notes §3).
+        # The real backend's message, on each backend call (TR neuron_dynamo_backend/backend.py:289-293).
         _log.warning("Neuron backend does not support mode='%s', falling back to default mode.", mode)
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"options for backend='neuron' must be a dict or None, got {type(options).__name__}")
@@ -246,7 +250,8 @@ def _settings(mode: str | None, options: dict | None) -> _Settings:
 def _copy_cpu_inputs_to_device(
     example_inputs: Sequence[Any],
 ) -> tuple[list[Any], list[int]]:
-    """CPU tensor inputs are copied to the device, as the real executor does (notes §3);
+    """CPU tensor inputs are copied to the device, as the real executor does
+    (TR ``neuron_dynamo_backend/executor.py:95-112``);
     ``TORCH_NEURONX_DYNAMO_DISABLE_CPU_AUTOCOPY=1`` makes them an error instead.
 
     0-dim CPU tensors stay where they are: PyTorch lets them mix with device
@@ -308,7 +313,10 @@ def neuron_backend(
     inputs, copied = _copy_cpu_inputs_to_device(example_inputs)
     start = time.perf_counter()
     try:
-        compiled = _aot_neuron(settings)(gm, inputs)
+        # Inductor's joint-graph passes (its partitioner's) read the fake mode from V, as inside
+        # compile_fx: without it, fusing the seeds of a graph with dropout fails.
+        with V.set_fake_mode(detect_fake_mode(inputs)):
+            compiled = _aot_neuron(settings)(gm, inputs)
     except Exception as exc:
         if not settings.fallback:
             if isinstance(exc, NEFFCompilationError):

@@ -75,7 +75,8 @@ _loaded_without_cache: set[str] = set()
 
 
 def claim_graph(key: str, record: dict) -> str:
-    """Account one compiled graph against the caches eager kernels use (notes §3, §9).
+    """Account one compiled graph against the caches eager kernels use, as on Trainium
+    (TR ``neuron_dynamo_backend/compile.py:97-113`` keys it into the eager NEFF caches).
 
     Returns ``"memory hit"`` (already loaded in this process), ``"disk hit"``
     (in the persistent NEFF cache) or ``"compiled"`` (neuronx-cc would run).

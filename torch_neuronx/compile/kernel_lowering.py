@@ -1,10 +1,11 @@
 """Lowering single eager kernels to StableHLO, as the real product does for every eager op.
 
 On Trainium an eager ATen op is traced with ``make_fx``, functionalised and
-lowered through torch-mlir to StableHLO before neuronx-cc compiles it (notes
-§1); an op that does not lower has no Neuron kernel and runs on the CPU
-(notes §4). :func:`lower_kernel` does that for one kernel signature on
-``meta`` tensors (no data, no device); :class:`KernelLoweringCollector` lowers
+lowered through torch-mlir to StableHLO before neuronx-cc compiles it (TR
+``python_ops/torch_mlir/kernel.py:808-986``); an op that does not lower has no
+Neuron kernel and runs on the CPU (TR ``csrc/core/NeuronBindings.cpp:232-246``).
+:func:`lower_kernel` does that for one kernel signature on ``meta`` tensors
+(no data, no device); :class:`KernelLoweringCollector` lowers
 each *new* signature once and reports, per op, what would fall back to CPU.
 It is opt-in (``TORCHNEURON_LOWER_EAGER=1`` or :func:`set_eager_lowering`):
 lowering costs milliseconds per new signature, and nothing per repeat.
@@ -144,12 +145,18 @@ def kernels_not_lowering(gm: torch.fx.GraphModule) -> list[LoweringResult]:
 
     When torch-mlir fails on a whole graph without naming a cause, the op
     responsible is found the way eager kernels are checked, one signature at
-    a time (on the graph's functional form: custom kernels cut out, device
-    moves gone).
+    a time, on the graph as it is lowered: its functional form (custom kernels
+    cut out, device moves gone) with torch-mlir's decompositions applied and
+    views as reshapes (a ``view`` alone, on a strided input, is not what the
+    graph lowers). Views are skipped: alone, a view returns an alias of its
+    input, which a value-semantics StableHLO function cannot (torch-mlir leaves
+    their dimension constants unconverted); inside a graph they lower.
     """
     failing, seen = [], set()
-    for node in stablehlo.functional_form(gm).graph.nodes:
+    for node in stablehlo.decomposed(stablehlo.functional_form(gm)).graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        if node.target.is_view:
             continue
         args, kwargs = pytree.tree_map_only(torch.fx.Node, lambda n: n.meta.get("val"), (node.args, node.kwargs))
         signature = (node.target, repr(as_meta((args, kwargs))))
@@ -225,7 +232,7 @@ class KernelLoweringCollector:
 
 
 def fallback_only_for_unimplemented() -> bool:
-    """The product's strictness switch (notes §4): exactly ``"1"`` turns a failure of an
+    """The product's strictness switch (TR ``python_ops/base.py:715-717``): exactly ``"1"`` turns a failure of an
     implemented op into an error instead of a CPU fallback; release builds default to ``"0"``.
     Every op of the emulator has a device kernel, so an op that does not lower is such a failure."""
     return get_str("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS") == "1"

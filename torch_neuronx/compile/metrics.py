@@ -10,7 +10,6 @@ so that ``torch_neuronx`` can re-export it without slowing ``import torch``.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from typing import Any
 
 from ..runtime import metrics_registry as registry
@@ -27,16 +26,6 @@ class GraphRecord:
     compile_seconds: float = 0.0
 
 
-# Projection of neuronx-cc time for one graph from its size (uncalibrated; see docs/compile.md).
-GRAPH_COMPILE_BASE_S = 2.0
-GRAPH_COMPILE_S_PER_STABLEHLO_OP = 0.01
-
-
-def estimated_compile_seconds(stablehlo_ops: int | None) -> float:
-    """``base + per_op * ops``: the projected neuronx-cc time of a graph that is compiled."""
-    return GRAPH_COMPILE_BASE_S + GRAPH_COMPILE_S_PER_STABLEHLO_OP * (stablehlo_ops or 0)
-
-
 @dataclasses.dataclass
 class NeuronCompilationMetrics:
     """One forward/backward/inference graph, with the real product's field names.
@@ -44,7 +33,8 @@ class NeuronCompilationMetrics:
     ``torch_neuronx_*_us`` are **host measurements** on the emulator
     (``torch_neuronx_compile_us`` times Inductor's code generation, not
     neuronx-cc); ``estimated_compile_s`` is the projection of neuronx-cc time
-    (0 when the graph key was already in the in-memory or persistent cache).
+    (``projection.graph_compile_seconds``; 0 when the graph key was already in the
+    in-memory or persistent cache).
     """
 
     graph_id: str  # the graph key: sha256 of the StableHLO text, I/O shapes/dtypes, compiler suffix
@@ -64,13 +54,17 @@ class NeuronCompilationMetrics:
 
 
 class _Metrics:
-    """The graph records and fallback messages, plus the registry's compile counters and timers."""
+    """The graph records and fallback messages (record logs of the metrics registry, so
+    ``clear_counters()`` forgets them with the counts), plus the compile counters and timers."""
 
     def __init__(self) -> None:
-        self.graphs: list[GraphRecord] = []
-        self.compiled_graphs: list[NeuronCompilationMetrics] = []
-        self.fallbacks: list[str] = []
-        self.lock = threading.Lock()
+        self.graph_log = registry.record_log(
+            "compile.graphs", "Dynamo graphs handed to the neuron backend", registry.HOST)
+        self.compiled_graph_log = registry.record_log(
+            "compile.compiled_graphs", "forward/backward/inference graphs compiled (NeuronCompilationMetrics)",
+            registry.HOST)
+        self.fallback_log = registry.record_log(
+            "compile.fallbacks", "graphs the backend ran on the host instead, with why", registry.HOST)
         self.aot_graphs = registry.counter(
             "compile.aot_graphs_compiled", "forward/backward/inference graphs given to the code generator",
             registry.HOST)
@@ -84,6 +78,18 @@ class _Metrics:
         self.execution_time = registry.timer(
             "compile.execution_seconds", "host time running compiled graphs", registry.HOST)
 
+    @property
+    def graphs(self) -> list[GraphRecord]:
+        return self.graph_log.items()
+
+    @property
+    def compiled_graphs(self) -> list[NeuronCompilationMetrics]:
+        return self.compiled_graph_log.items()
+
+    @property
+    def fallbacks(self) -> list[str]:
+        return self.fallback_log.items()
+
     def add_execution(self, seconds: float) -> None:
         self.execution_time.add_sample(seconds)
 
@@ -95,23 +101,18 @@ class _Metrics:
         self.cache_misses.add(misses)
 
     def add_graph(self, record: GraphRecord) -> None:
-        with self.lock:
-            self.graphs.append(record)
+        self.graph_log.append(record)
         self.compile_time.add_sample(record.compile_seconds)
 
     def add_compiled_graph(self, record: NeuronCompilationMetrics) -> None:
-        with self.lock:
-            self.compiled_graphs.append(record)
+        self.compiled_graph_log.append(record)
 
     def add_fallback(self, message: str) -> None:
-        with self.lock:
-            self.fallbacks.append(message)
+        self.fallback_log.append(message)
 
     def clear(self) -> None:
-        with self.lock:
-            self.graphs.clear()
-            self.compiled_graphs.clear()
-            self.fallbacks.clear()
+        for log in (self.graph_log, self.compiled_graph_log, self.fallback_log):
+            log.clear()
         for c in (self.aot_graphs, self.cache_hits, self.cache_misses):
             c.clear()
         self.compile_time.clear()
@@ -145,10 +146,7 @@ def get_dynamo_metrics() -> dict[str, Any]:
     :class:`NeuronCompilationMetrics` (as a dict) per such graph: the list the
     real ``get_dynamo_metrics()`` returns.
     """
-    with METRICS.lock:
-        graphs = list(METRICS.graphs)
-        fallbacks = list(METRICS.fallbacks)
-        compiled_graphs = list(METRICS.compiled_graphs)
+    graphs, fallbacks, compiled_graphs = METRICS.graphs, METRICS.fallbacks, METRICS.compiled_graphs
     _, compile_seconds, _ = METRICS.compile_time.data()
     executions, execution_seconds, _ = METRICS.execution_time.data()
     reasons = _recompile_reasons(graphs)

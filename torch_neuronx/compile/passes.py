@@ -11,7 +11,7 @@ from typing import Any, Sequence
 import torch
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
-from .. import _C
+from ..runtime.extension import _C
 
 DEVICE = "neuron"
 _CPU = torch.device("cpu")
@@ -25,7 +25,8 @@ def check_static_shapes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any])
     """Reject symbolic sizes, as neuronx-cc does: one compiled graph per input shape.
 
     The message opens as the real product's ``DynamicShapeAnalysis`` pass does
-    (notes §3) and then says what to do.
+    (TR ``neuron_dynamo_backend/fx/passes/dynamic_shape_analysis.py:59-118``) and then
+    says what to do.
     """
     dynamic, symbols = [], []
     for node, value in zip(

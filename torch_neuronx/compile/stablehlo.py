@@ -1,7 +1,8 @@
 """Lowering ATen FX graphs to StableHLO with torch-mlir, as the real product does.
 
 On Trainium every compiled graph and every eager kernel goes ATen FX →
-torch-mlir → StableHLO → neuronx-cc (``torchneuron-source-2026-04.md`` §1, §3).
+torch-mlir → StableHLO → neuronx-cc (TR ``python_ops/torch_mlir/kernel.py:808-986``,
+``neuron_dynamo_backend/fx/fx_transform.py:184-237``).
 What torch-mlir cannot lower cannot run there, and the StableHLO text is what
 identifies a compiled graph. torch-mlir is an optional dependency (the
 ``stablehlo`` extra): without it nothing is checked, one warning says so, and
@@ -10,6 +11,7 @@ callers get ``None`` instead of a lowering.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.util
 import json
@@ -40,7 +42,8 @@ _warned_missing = False
 
 # Custom ops the real product hands to its compiler as custom calls instead of lowering them
 # (NKI kernels: "under torch.compile the kernel becomes one graph node and is compiled with the
-# surrounding ops", research/torchneuron-api.md, NKI). torch-mlir has no route for them here.
+# surrounding ops": https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guides/how-to-work-with-nki.html).
+# torch-mlir has no route for them here.
 _CUSTOM_CALLS: set[str] = set()
 
 
@@ -72,13 +75,16 @@ class LoweringError(RuntimeError):
     ``unsupported`` is True when torch-mlir named what it cannot lower (an op
     or a type): what would fail on Trainium too. False means it failed
     without saying why (an internal error of the pipeline or of our re-trace),
-    which says nothing about the graph.
+    which says nothing about the graph. ``names_op`` is False when all it
+    named is a ``torch.constant.*`` left unconverted: a symptom, whose cause
+    (the op that consumed it) is found by lowering the graph's kernels alone.
     """
 
     def __init__(self, message: str, diagnostics: Sequence[str] = ()):
         super().__init__(message)
         self.diagnostics = list(diagnostics)
         self.unsupported = bool(self.diagnostics)
+        self.names_op = any(not name.startswith("torch.constant.") for name in _illegal_ops(self.diagnostics))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,13 +123,24 @@ def _is_input_write(node: torch.fx.Node) -> bool:
 # custom calls inside a Trainium graph): cut out of the StableHLO, their results become inputs.
 # Eager, the same kernels are custom calls too: the real product runs SDPA (forward and
 # backward) with its own kernels (NKI flash attention, or its own torch-mlir lowering of
-# ``scaled_dot_product_attention``; notes §8, research/torchneuron-api.md
-# ``TORCH_NEURONX_ENABLE_NKI_SDPA``), never PyTorch's CPU flash-attention kernel.
+# ``scaled_dot_product_attention``: TR python_ops/torch_mlir/ops/scaled_dot_product_attention.py,
+# and ``TORCH_NEURONX_ENABLE_NKI_SDPA`` in
+# https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/reference/env-vars.html),
+# never PyTorch's CPU flash-attention kernel.
 CUSTOM_KERNELS = frozenset({
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
 })
 _CUSTOM_KERNEL_NAMES = frozenset(kernel._schema.name for kernel in CUSTOM_KERNELS)
+
+
+def _inductor_random_ops() -> tuple[frozenset, frozenset]:
+    """Inductor's random primitives (what its decompositions make of dropout and ``rand``)
+    and the seed primitives that only feed them."""
+    from torch._inductor import inductor_prims
+
+    return (frozenset({inductor_prims.random, inductor_prims.randint}),
+            frozenset({inductor_prims.seed, inductor_prims.seeds, inductor_prims.lookup_seed}))
 
 
 def functional_form(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
@@ -136,12 +153,17 @@ def functional_form(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     (``None`` gradients of inputs that need none) are dropped. A device move
     (``x.cpu()`` in the graph) is the identity: StableHLO has one device. A
     :data:`CUSTOM_KERNELS` call is cut out: its tensor arguments become
-    outputs and its results inputs, as around a custom call.
+    outputs and its results inputs, as around a custom call. Random numbers
+    (Inductor's ``random``/``randint``, what its decompositions make of dropout)
+    are inputs, as the real product passes the dropout mask drawn on the host
+    into its graph (TR ``neuron_dynamo_backend/utils/stablehlo_utils.py:122-134``); their
+    seeds go.
     """
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     extra_outputs: list[torch.fx.Node] = []
     nodes = list(gm.graph.nodes)
+    random_ops, seed_ops = _inductor_random_ops()
     for node in nodes:
         if node.op == "placeholder":
             env[node] = graph.node_copy(node, lambda n: env[n])
@@ -150,8 +172,11 @@ def functional_form(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             result = graph.placeholder(f"{user.name}_from_kernel")
             result.meta["val"] = user.meta.get("val")
             env[user] = result
+    for draw in (n for n in nodes if n.op == "call_function" and n.target in random_ops):
+        env[draw] = graph.placeholder(f"{draw.name}_from_host")
+        env[draw].meta["val"] = draw.meta.get("val")
     for node in nodes:
-        if node.op == "placeholder" or node in env:
+        if node.op == "placeholder" or node in env or (node.op == "call_function" and node.target in seed_ops):
             continue
         if node.op == "call_function" and node.target is torch.ops.prims.device_put.default:
             env[node] = env[node.args[0]]
@@ -192,18 +217,24 @@ _ILLEGAL_OP = re.compile(r"failed to legalize operation '([^']+)'")
 _OPERATOR_NAME = re.compile(r'<\{name = "([^"]+)"')
 
 
-def _summary(diagnostics: Sequence[str], exc: BaseException) -> str:
-    """The op torch-mlir could not lower, e.g. ``no lowering for torch.aten.erfinv``.
-
-    Constants left behind by an op that did not lower are named only when no
-    op is (they are a symptom, not the cause).
-    """
+def _illegal_ops(diagnostics: Sequence[str]) -> list[str]:
+    """The ops torch-mlir's diagnostics say it failed to legalize, in order."""
     illegal = []
     for message in diagnostics:
         match = _ILLEGAL_OP.search(message)
         if match:
             named = _OPERATOR_NAME.search(message) if match.group(1) == "torch.operator" else None
             illegal.append(named.group(1) if named else match.group(1))
+    return illegal
+
+
+def _summary(diagnostics: Sequence[str], exc: BaseException) -> str:
+    """The op torch-mlir could not lower, e.g. ``no lowering for torch.aten.erfinv``.
+
+    Constants left behind by an op that did not lower are named only when no
+    op is (they are a symptom, not the cause).
+    """
+    illegal = _illegal_ops(diagnostics)
     if illegal:
         causes = [name for name in illegal if not name.startswith("torch.constant.")] or illegal
         return f"no lowering for {causes[0]}"
@@ -241,13 +272,129 @@ def _slice_scatter_in_bounds(base, src, dim=0, start=None, end=None, step=1):
     return torch.ops.aten.slice_scatter.default(base, src, dim, lo, hi, step)
 
 
+def _fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """``prims.fma`` as ``a * b + c`` in the operands' dtype.
+
+    An Inductor-only primitive: the AOTAutograd decompositions this backend shares
+    with Inductor (``select_decomp_table``) write ``_softmax_backward_data`` with it,
+    so every eager-attention backward graph holds one. The real product traces with
+    its own decompositions, which never produce it; torch-mlir has no lowering.
+    The product's compiler may contract the pair into one FMA; the StableHLO
+    check and the graph key only need the operation.
+    """
+    return a * b + c
+
+
+def _scalars_times(op: str, self: torch.Tensor, tensor1: torch.Tensor, tensor2: torch.Tensor,
+                   scalar: torch.Tensor) -> torch.Tensor:
+    """``addcmul``/``addcdiv`` with a tensor ``value`` (their ATen forms take a Python scalar)."""
+    product = tensor1 * tensor2 if op == "addcmul" else tensor1 / tensor2
+    return self + scalar * product
+
+
+def _foreach_decomposition(overload: torch._ops.OpOverload) -> Callable[..., list]:
+    """A ``_foreach_<op>`` overload as one ``<op>`` call per list element.
+
+    The real product registers foreach kernels of its own or loops over the
+    per-tensor ops (TR ``python_ops/torch_mlir/ops/foreach_ops.py``); a compiled ``optimizer.step()``
+    holds them functionalized (``_foreach_add.Scalar``, ``_foreach_lerp.Scalar``, …)
+    and torch-mlir lowers none. List arguments are indexed, the others shared;
+    the ``.Tensor`` forms of ``addcmul``/``addcdiv`` take element ``i`` of their
+    1-D ``scalars`` tensor.
+    """
+    op = overload._schema.name.split("::", 1)[1].removeprefix("_foreach_")
+    tensor_scalars = op in ("addcmul", "addcdiv") and overload._overloadname == "Tensor"
+    per_tensor = torch.ops.aten.linalg_vector_norm if op == "norm" else getattr(torch.ops.aten, op)
+
+    def each(*args, **kwargs) -> list:
+        count = len(next(a for a in args if isinstance(a, (list, tuple))))
+        results = []
+        for i in range(count):
+            args_i = [a[i] if isinstance(a, (list, tuple)) else a for a in args]
+            if tensor_scalars:
+                results.append(_scalars_times(op, *args_i[:3], args_i[3][i]))
+            elif op in ("addcmul", "addcdiv") and len(args_i) == 4:  # their value is keyword-only
+                results.append(per_tensor(*args_i[:3], value=args_i[3]))
+            else:
+                results.append(per_tensor(*args_i, **kwargs))
+        return results
+
+    return each
+
+
+def _foreach_decompositions() -> dict:
+    """:func:`_foreach_decomposition` for every functional ``aten::_foreach_*`` overload."""
+    table = {}
+    names = {name.split("::", 1)[1].split(".", 1)[0] for name in torch._C._dispatch_get_all_op_names()
+             if name.startswith("aten::_foreach_")}
+    for name in names:
+        per_tensor = name.removeprefix("_foreach_")
+        if name.endswith("_") or not hasattr(torch.ops.aten, "linalg_vector_norm" if per_tensor == "norm"
+                                             else per_tensor):
+            continue  # in-place forms are functionalized first; _foreach_powsum has no per-tensor op
+        packet = getattr(torch.ops.aten, name)
+        for overload_name in packet.overloads():
+            if "out" not in overload_name:
+                overload = getattr(packet, overload_name)
+                table[overload] = _foreach_decomposition(overload)
+    return table
+
+
+def _scalar_as_tensor(tensor_form: torch._ops.OpOverload) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+    """An op's Scalar form as its Tensor form with a 0-dim operand of the result dtype.
+
+    torch-mlir 20261001 lowers ``fmod.Tensor`` but leaves the Python-scalar operand
+    of ``fmod.Scalar`` unconverted ("failed to legalize torch.constant.int"), and
+    has no pattern for the Scalar forms of the bitwise ops: a defect of the
+    converter, not an op Trainium lacks (the same op with a tensor operand
+    lowers). Mistral's and Gemma's sliding-window cache index with ``fmod``.
+    """
+    def as_tensor(x: torch.Tensor, scalar: Any) -> torch.Tensor:
+        dtype = torch.result_type(x, scalar)  # a wrapped number's promotion, kept by a 0-dim tensor
+        return tensor_form(x, torch.ops.aten.scalar_tensor.default(scalar, dtype=dtype))
+
+    return as_tensor
+
+
+def _topk_sorted(x: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    """``topk(sorted=False)`` as ``topk(sorted=True)``: torch-mlir 20261001 lowers only the
+    sorted form and leaves the ``False`` flag unconverted; "unsorted" leaves the order to the
+    kernel, so a sorted result is a valid one (MoE routers of GLM-4 MoE, DeepSeek-V3 pass False).
+    """
+    if sorted:
+        return NotImplemented  # already the form torch-mlir lowers: trace the op itself
+    return torch.ops.aten.topk.default(x, k, dim, largest, True)
+
+
+_SCALAR_FORMS = {
+    torch.ops.aten.fmod.Scalar: torch.ops.aten.fmod.Tensor,
+    torch.ops.aten.bitwise_or.Scalar: torch.ops.aten.bitwise_or.Tensor,
+    torch.ops.aten.bitwise_xor.Scalar: torch.ops.aten.bitwise_xor.Tensor,
+    torch.ops.aten.bitwise_left_shift.Tensor_Scalar: torch.ops.aten.bitwise_left_shift.Tensor,
+    torch.ops.aten.bitwise_right_shift.Tensor_Scalar: torch.ops.aten.bitwise_right_shift.Tensor,
+}
+
+
+@functools.cache
+def _graph_op_decompositions() -> dict:
+    """What Dynamo and AOTAutograd put in a graph that torch-mlir's table leaves alone:
+    Inductor's ``prims.fma``, the foreach ops, unsorted ``topk`` and the Scalar forms of
+    :data:`_SCALAR_FORMS`."""
+    from torch._inductor import inductor_prims
+
+    return {**_foreach_decompositions(), inductor_prims.fma: _fma, torch.ops.aten.topk.default: _topk_sorted,
+            **{scalar: _scalar_as_tensor(tensor) for scalar, tensor in _SCALAR_FORMS.items()}}
+
+
 def torch_mlir_decompositions() -> dict:
     """torch-mlir's decomposition table, which its FX route applies before import
-    (``export_and_import``), with ``slice_scatter`` bounds clamped (:func:`_slice_scatter_in_bounds`):
-    for graphs and eager kernels alike (an eager ``slice_backward`` decomposes to ``slice_scatter``)."""
+    (``export_and_import``), with ``slice_scatter`` bounds clamped (:func:`_slice_scatter_in_bounds`)
+    and the graph ops of :func:`_graph_op_decompositions`: for graphs and eager kernels alike (an
+    eager ``slice_backward`` decomposes to ``slice_scatter``, an eager optimizer step calls foreach ops)."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-    return {**get_decomposition_table(), torch.ops.aten.slice_scatter.default: _slice_scatter_in_bounds}
+    return {**get_decomposition_table(), **_graph_op_decompositions(),
+            torch.ops.aten.slice_scatter.default: _slice_scatter_in_bounds}
 
 
 def _decomposition_table() -> dict:

@@ -3,8 +3,10 @@
 Counters: kernel calls and per-op calls (host measurements), compile misses
 and NEFF cache hits (emulated counts), compiled graphs and compile-cache
 lookups, the host memory pool. Timers: graph compile and execution times.
-``describe(name)`` says what a counter measures and whether it is a host
-measurement or an emulated count.
+Records: compiled-graph records, the collective log, eager lowering records
+(``records(name)``). ``describe(name)`` says what a figure measures and whether
+it is a host measurement or an emulated count. ``clear_counters()`` forgets
+counters and records together; ``reset()`` clears timers too.
 """
 from __future__ import annotations
 
@@ -16,5 +18,8 @@ from ..runtime.metrics_registry import (  # noqa: F401  (the public facade)
     describe,
     metric_data,
     metric_names,
+    record_names,
+    records,
+    reset,
 )
 from ..runtime.metrics_registry import report as metrics_report  # noqa: F401

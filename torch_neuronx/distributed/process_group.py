@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
-from .. import _C
+from ..runtime.extension import _C
 from ..runtime import settings
 from ..projection.collectives import COLLECTIVE_LOG
 from .faults import DistributedFault, PeerTable
@@ -343,7 +343,7 @@ class ProcessGroupNeuron(dist.ProcessGroup):
 
 def _unsupported_collective(message: str) -> None:
     """Raise the real product's error for a collective its backend refuses
-    (notes §9: TR torch_neuronx/distributed/backend.py), so that a script that
+    (TR torch_neuronx/distributed/backend.py:1378-1446, 1555-1562), so that a script that
     works here does not fail on Trainium; the switch lets the emulator run it."""
     if not settings.get_flag(ALLOW_UNSUPPORTED):
         raise NotImplementedError(

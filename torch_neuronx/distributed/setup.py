@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from .. import _C
+from ..runtime.extension import _C
 from ..runtime.errors import ConfigError
 from ..runtime.profiles import Topology
 

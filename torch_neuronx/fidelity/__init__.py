@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import atexit
 
-from .. import _C
+from ..runtime.extension import _C
 from ..runtime import log, settings
 from . import kernel_key as _kernel_key
 from . import listeners as _listeners
@@ -75,14 +75,15 @@ def use_neff_cache(directory) -> None:
     and op lists restart; for tools and tests that compare runs in one process."""
     global _accounting
     cache = None if directory is None else NeffCache(directory)
-    _accounting = Accounting(cache, _accounting.config, _accounting.compile_seconds, _accounting.tracker)
+    _accounting = Accounting(cache, _accounting.config, _accounting.tracker)
     _C._reset_accounting()
     _accounting.tracker.clear()
 
 
 def active_neff_cache() -> NeffCache | None:
     """The persistent NEFF cache kernels are accounted against; compiled graphs
-    share it, as on Trainium (notes §9)."""
+    share it, as on Trainium ("Eager and compiled NEFFs share the same in-memory and disk
+    caches": TR ``neuron_dynamo_backend/compile.py:97-113`` keys a graph into the eager caches)."""
     return _accounting.cache
 
 

@@ -38,15 +38,10 @@ def salt_of(config: dict) -> int:
     return int.from_bytes(digest, "little")
 
 
-def compile_seconds_from_env() -> float:
-    return settings.get_float("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL")
-
-
 class Accounting:
-    def __init__(self, cache: NeffCache | None, config: dict, compile_seconds: float, tracker: OpTracker):
+    def __init__(self, cache: NeffCache | None, config: dict, tracker: OpTracker):
         self.cache = cache
         self.config = config
-        self.compile_seconds = compile_seconds
         self.tracker = tracker
         self.compiled: set[str] = set()  # kernels "loaded" in this process; survives resets
         self.reset()
@@ -82,13 +77,12 @@ class Accounting:
         if outcome is Outcome.CORRUPT:
             self.corrupt += 1
             _log.info("NEFF cache entry %s was unreadable and has been rewritten", key)
-        _log.debug("compile (estimate %.1fs): %s", self.compile_seconds, description)
+        _log.debug("compile: %s", description)
 
 
 def make_accounting(family: str, lnc: int) -> Accounting:
     cache = NeffCache(cache_dirs.neff_dir()) if cache_dirs.persistent_cache_enabled() else None
-    return Accounting(cache, compiler_config(family, lnc), compile_seconds_from_env(),
-                      OpTracker(host_ops_from_env()))
+    return Accounting(cache, compiler_config(family, lnc), OpTracker(host_ops_from_env()))
 
 
 def enabled_from_env() -> bool:

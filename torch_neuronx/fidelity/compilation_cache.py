@@ -3,10 +3,11 @@
 The real product puts an in-memory cache (key -> NEFF) in front of the
 persistent disk cache and counts each tier separately;
 ``torch_neuronx._C._get_compilation_cache_stats()`` names the counters
-(notes §1, "Caches in front of the disk": TR torch_neuronx/csrc/core/
-NeuronBindings.cpp:1014-1091). ``metrics()["compilation_cache"]`` reports the
-same names, as emulated counts: no NEFF exists, so sizes and compile times
-that only a real compiler gives are not reported.
+(TR torch_neuronx/csrc/core/NeuronBindings.cpp:1014-1091; the tiers:
+TR torch_neuronx/csrc/core/compilation/CompilationCache.cpp:13-38, 141-262).
+``metrics()["compilation_cache"]`` reports the same names, as emulated counts:
+no NEFF exists, so sizes and compile times that only a real compiler gives are
+not reported.
 """
 from __future__ import annotations
 

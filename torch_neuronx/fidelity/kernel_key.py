@@ -3,8 +3,8 @@
 The real product keys an eager kernel by the op overload, each tensor's shape
 and dtype, the *type* of every other Python scalar (a new value is a runtime
 input, not a compile) and the *value* of the arguments an op declares static
-(notes §1, ``/work/shared/research/torchneuron-source-2026-04.md``; TR = the
-April 2026 torch-neuronx source the notes cite). This table lists those static
+(TR ``torch_neuronx/kernels/base.py:103-160``; TR and its public URL: ARCHITECTURE.md,
+"How the real product is cited"). This table lists those static
 arguments, one row per (op, argument name), each with its source. C++ resolves
 it once per schema to a bitmask of argument indices (``fidelity/Accounting.cpp``),
 so the per-call cost does not depend on the table's size.
@@ -18,7 +18,7 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
-from .. import _C
+from ..runtime.extension import _C
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from typing import Callable
 
 import torch
 
-from .. import _C
+from ..runtime.extension import _C
+from ..projection import compile_model, project_compile
 from ..runtime import metrics_registry as registry
 from .accounting import Accounting
 from .compilation_cache import compilation_cache_stats
@@ -119,8 +120,9 @@ def snapshot(acc: Accounting, enabled: bool) -> dict:
         },
         "compilation_cache": compilation_cache_stats(in_process_hits, counts["kernel.disk_hits"],
                                                      counts["kernel.misses"], len(acc.compiled)),
-        "estimated_compile_seconds": counts["kernel.misses"] * acc.compile_seconds,
-        "compile_seconds_per_kernel_estimate": acc.compile_seconds,
+        # projected neuronx-cc time of this run's misses (projection/compile_time.py)
+        "estimated_compile_seconds": project_compile(eager_kernels=counts["kernel.misses"]).seconds,
+        "compile_seconds_per_kernel_estimate": compile_model().program_seconds(1),
         "neff_cache": {
             "enabled": acc.cache is not None,
             "dir": None if acc.cache is None else os.fspath(acc.cache.directory),
@@ -143,8 +145,11 @@ _sections: dict[str, tuple[Callable[[], dict], Callable[[], None]]] = {}
 def add_section(name: str, read: Callable[[], dict], reset: Callable[[], None]) -> None:
     """Add ``name: read()`` to every snapshot; ``reset()`` runs with ``reset_metrics()``.
 
-    Layers above fidelity cannot be imported here, so they register themselves."""
+    Layers above fidelity cannot be imported here, so they register themselves; the section
+    is a store of the metrics registry too, so ``clear_counters()`` forgets it."""
     _sections[name] = (read, reset)
+    registry.register_store(f"metrics.{name}", read, reset, f"the {name!r} section of metrics()",
+                            registry.EMULATED)
 
 
 def _section_values() -> dict:
@@ -177,14 +182,13 @@ def export(data: dict, directory: os.PathLike | str) -> tuple[Path, Path]:
     stem = out / f"metrics-{data['pid']}"
     json_path, csv_path = stem.with_suffix(".json"), stem.with_suffix(".csv")
     json_path.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    cost = data["compile_seconds_per_kernel_estimate"]
     kernels = data["kernels"]
     with csv_path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(CSV_COLUMNS)
         for op, row in kernels["per_op"].items():
             writer.writerow((op, row["calls"], row["signatures"], row["misses"],
-                             row["misses"] * cost, op in data["fallback_ops"]))
+                             project_compile(eager_kernels=row["misses"]).seconds, op in data["fallback_ops"]))
         writer.writerow(("(all)", kernels["calls"], kernels["unique_signatures"], kernels["misses"],
                          data["estimated_compile_seconds"], bool(data["fallback_ops"])))
     return json_path, csv_path

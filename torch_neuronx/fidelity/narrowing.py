@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 
-from .. import _C
+from ..runtime.extension import _C
 from ..runtime import settings
 
 MODES = settings.setting("TORCHNEURON_64BIT").choices  # ("off", "narrow", "strict")

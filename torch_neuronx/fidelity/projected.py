@@ -16,7 +16,8 @@ import time
 from collections import Counter
 from typing import Callable
 
-from .. import _C, projection
+from .. import projection
+from ..runtime.extension import _C
 from ..runtime import metrics_registry as registry
 from ..runtime.log import get_logger
 from .listeners import add_signature_listener
@@ -74,8 +75,7 @@ def reconfigure(topology) -> None:
     """Another instance or LNC: a fresh projector (graphs compiled before are no longer
     counted; eager signatures change key with the target, so they are projected anew;
     queued ones are projected for the new target)."""
-    device = projection.get_projector().device
-    if (device.instance, device.lnc) == (topology.profile.name, topology.lnc):
+    if projection.target() == (topology.profile.name, topology.lnc):
         return
     projection.configure(topology.profile, topology.lnc)
     with _lock:
@@ -109,8 +109,19 @@ def graph_runs() -> dict[str, int]:
         return dict(_graph_runs)
 
 
-def section(steps: int | None = None, price_per_hour: float | None = None) -> dict:
-    """The projection of everything this process ran since the last reset.
+def compiled_graphs() -> list[projection.GraphProgram]:
+    """The distinct graphs the ``neuron`` backend compiled since the last reset, as the
+    compile model sees them (read from the metrics registry: compile is a higher layer)."""
+    if "compile.compiled_graphs" not in registry.record_names():
+        return []
+    unique = {g.graph_id: g for g in registry.records("compile.compiled_graphs")}
+    return [projection.GraphProgram(g.graph_node_count, g.stablehlo_op_count) for g in unique.values()]
+
+
+def section(steps: int = 1, price_per_hour: float | None = None) -> dict:
+    """The projection of everything this process ran since the last reset, with the
+    first-run compile of its distinct kernel signatures and graphs, and its cost
+    (``steps`` runs of the whole; default one).
 
     Signatures the projector never saw (run before the listener was installed,
     or whose projection failed) are counted under ``unprojected_calls``.
@@ -118,9 +129,9 @@ def section(steps: int | None = None, price_per_hour: float | None = None) -> di
     project_pending()
     projector = projection.get_projector()
     calls = _C._signature_calls()
-    known = {k: n for k, n in calls.items() if k in projector.kernels}
-    data = projection.snapshot(calls=known, graph_runs=graph_runs(), steps=steps,
-                               price_per_hour=price_per_hour)
+    known = {k: n for k, n in calls.items() if k in projector.kernels and n}
+    data = projection.snapshot(calls=known, graph_runs=graph_runs(), eager_kernels=len(known),
+                               graphs=compiled_graphs(), steps=steps, price_per_hour=price_per_hour)
     data["unprojected_calls"] = sum(calls.values()) - sum(known.values())
     return data
 
@@ -130,22 +141,16 @@ def mark() -> tuple[dict[str, int], dict[str, int]]:
     return _C._signature_calls(), graph_runs()
 
 
-def since(start: tuple[dict[str, int], dict[str, int]]) -> dict:
-    """Projected device seconds, FLOPs, MFU and eager seconds by op and engine of the kernels
-    and graphs run since ``start`` (a :func:`mark`; collectives are not included). Cheap
-    enough to call between timed regions."""
+def since(start: tuple[dict[str, int], dict[str, int]]) -> projection.WindowProjection:
+    """The projection of the kernels and graphs run since ``start`` (a :func:`mark`;
+    collectives are not included). Cheap enough to call between timed regions."""
     project_pending()
     projector = projection.get_projector()
     calls, runs = mark()
     known = {k: n - start[0].get(k, 0) for k, n in calls.items()
              if k in projector.kernels and n > start[0].get(k, 0)}
     ran = {g: n - start[1].get(g, 0) for g, n in runs.items() if n > start[1].get(g, 0)}
-    eager, graphs = projector.summary(known), projector.graphs_summary(ran)
-    seconds = eager["device_seconds"] + graphs["device_seconds"]
-    flops = eager["flops"] + graphs["flops"]
-    return {"label": projection.LABEL, "seconds": seconds, "flops": flops,
-            "mfu": projector.mfu(flops, seconds), "eager_by_op": eager["by_op"],
-            "eager_by_engine": eager["by_engine"], "graph_seconds": graphs["device_seconds"]}
+    return projector.window(known, ran)
 
 
 def sequence(start: tuple[dict[str, int], dict[str, int]] | None = None) -> list:

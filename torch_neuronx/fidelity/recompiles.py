@@ -2,12 +2,13 @@
 
 On the real product a steady training step compiles nothing: its kernel keys (op
 overload, tensor shapes and dtypes, the values of the arguments an op declares
-static; notes §1, ``kernel_key.py``) were all seen in the first step. A kernel new
-in a later step has new shapes (variable-length batches) or a new value of a static
-argument. The classic case is SGD: its learning rate reaches the device as ``alpha``
-of ``_foreach_add_`` (``add_`` without foreach), which the real product compiles by
-value (§1, §2), so a scheduler that changes the rate every step compiles the update
-every step. :class:`RecompileRecorder` names the op and the argument.
+static; TR ``torch_neuronx/kernels/base.py:103-160``, ``kernel_key.py``) were all
+seen in the first step. A kernel new in a later step has new shapes (variable-length
+batches) or a new value of a static argument. The classic case is SGD: its learning
+rate reaches the device as ``alpha`` of ``_foreach_add_`` (``add_`` without foreach),
+which the real product compiles by value (TR
+``python_ops/torch_mlir/ops/foreach_ops.py:120``), so a scheduler that changes the rate
+every step compiles the update every step. :class:`RecompileRecorder` names the op and the argument.
 """
 from __future__ import annotations
 

@@ -13,11 +13,12 @@ from typing import Any
 
 import torch
 
-from .. import _C
+from ..runtime.extension import _C
 from ..runtime import settings
 from ..runtime.errors import ConfigError
 from ..runtime.profiles import Topology
-from .device_index import current_device, device_count  # noqa: F401
+from .device_index import current_device  # noqa: F401
+from .device_index import device_count as _visible_cores
 from .device_index import index as _index
 from .memory import (  # noqa: F401  (re-exported API)
     empty_cache,
@@ -99,6 +100,13 @@ class NeuronDeviceProperties:
             f"instance_type='{self.instance_type}', logical_nc_config={self.logical_nc_config}, "
             f"index={self.index}, emulated={self.emulated})"
         )
+
+
+def device_count() -> int:
+    """The visible cores; a configuration error deferred at import is raised here rather
+    than the default topology's count, which would describe cores the process cannot use."""
+    _check_config()
+    return _visible_cores()
 
 
 def is_available() -> bool:

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .. import _C
+from ..runtime.extension import _C
 
 
 def device_count() -> int:

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..runtime import metrics_registry
-from .. import _C
+from ..runtime.extension import _C
 from .device_index import as_device as _dev
 
 _HOST_POOL = {name: metrics_registry.labelled(text, metrics_registry.HOST) for name, text in {

@@ -11,7 +11,7 @@ from typing import Any, Iterable
 
 import torch
 
-from .. import _C
+from ..runtime.extension import _C
 from .device_index import device_count
 from .device_index import index as _idx
 

@@ -1,7 +1,8 @@
 """Estimated kernel time from AWS's published per-instruction cost rules.
 
-A *projection*, not a measurement. The rules (research notes section 4, from
-``trainium_inferentia2_arch.rst``) and how they are applied:
+A *projection*, not a measurement. The rules (AWS's NKI architecture guide,
+https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/guides/architecture/trainium_inferentia2_arch.html)
+and how they are applied:
 
 - TensorE matmul: ``max(N, 64)`` cycles, N the moving free size; fp32 inputs 4x.
 - VectorE: N cycles per input tile (N elements per partition), plus a static

@@ -9,6 +9,7 @@ back in the framework of the inputs. Every launch leaves its cost estimate in
 from __future__ import annotations
 
 import functools
+import inspect
 
 import numpy as np
 import torch
@@ -61,8 +62,9 @@ class Kernel:
     def __call__(self, *args, **kwargs):
         neuron_device = next((a.device for a in (*args, *kwargs.values())
                               if isinstance(a, torch.Tensor) and a.device.type == "neuron"), None)
-        wrapped_args = [_wrap(a) for a in args]
-        wrapped_kwargs = {k: _wrap(v) for k, v in kwargs.items()}
+        names = list(inspect.signature(self.func).parameters)  # errors name a tensor by its parameter
+        wrapped_args = [_wrap(a, names[i] if i < len(names) else "") for i, a in enumerate(args)]
+        wrapped_kwargs = {k: _wrap(v, k) for k, v in kwargs.items()}
         run = launch.KernelRun(self.__name__, self.grid, hardware.resolve_target(self.platform_target))
         with launch.running(run):
             for _ in run.programs():
@@ -73,22 +75,25 @@ class Kernel:
         return _unwrap(result, framework, neuron_device)
 
 
-def _wrap(value):
+def _wrap(value, name: str = ""):
     if isinstance(value, torch.Tensor):
         if value.device.type == "neuron":
-            from .. import _C
+            from ..runtime.extension import _C
 
             wrapped = from_framework(_C._cpu_alias(value))
             wrapped._alloc.source = value  # returning an input returns the caller's tensor itself
-            return wrapped
-        if value.device.type != "cpu":
+        elif value.device.type != "cpu":
             raise TypeError(f"NKI kernels take neuron or CPU tensors, got one on {value.device}")
-        return from_framework(value)
-    if isinstance(value, np.ndarray):
-        return from_framework(value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_wrap(v) for v in value)
-    return value
+        else:
+            wrapped = from_framework(value)
+    elif isinstance(value, np.ndarray):
+        wrapped = from_framework(value)
+    elif isinstance(value, (list, tuple)):
+        return type(value)(_wrap(v, f"{name}[{i}]") for i, v in enumerate(value))
+    else:
+        return value
+    wrapped._alloc.name = name
+    return wrapped
 
 
 def _unwrap(result, framework: str, neuron_device):

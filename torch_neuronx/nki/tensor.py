@@ -93,6 +93,48 @@ def _normalize(key):
     return tuple(out)
 
 
+def _key_text(key: tuple) -> str:
+    def part(p):
+        if isinstance(p, slice):
+            text = f"{'' if p.start is None else p.start}:{'' if p.stop is None else p.stop}"
+            return text + (f":{p.step}" if p.step is not None else "")
+        if p is Ellipsis:
+            return "..."
+        if isinstance(p, np.ndarray):
+            return f"<index array {p.min()}..{p.max()}>" if p.size else "<empty index array>"
+        return repr(p)
+    return "[" + ", ".join(part(p) for p in key) + "]"
+
+
+def _check_bounds(tensor: "NkiTensor", key: tuple) -> None:
+    """Slices and integers must stay inside the tensor, as on the device: NumPy would clip a
+    slice silently and the kernel would compute on fewer elements than it asked for.
+    (Index arrays are checked when read: legacy kernels run them past the end with ``mask=``.)"""
+    shape = tensor.shape
+    dims = sum(1 for p in key if p is not None and p is not Ellipsis)
+    dim = 0
+    for p in key:
+        if p is Ellipsis:
+            dim += max(len(shape) - dims, 0)
+            continue
+        if p is None or dim >= len(shape):  # a new axis; too many indices is numpy's IndexError later
+            continue
+        n = shape[dim]
+        if isinstance(p, slice):
+            bad = [b for b in (p.start, p.stop) if isinstance(b, (int, np.integer)) and not -n <= b <= n]
+        elif isinstance(p, (int, np.integer)):
+            bad = [] if -n <= p < n else [p]
+        else:
+            bad = []
+        if bad:
+            what = f"{tensor.buffer.value} tensor" + (f" {tensor.name!r}" if tensor.name else "")
+            raise NkiValidationError(
+                f"out-of-bounds access {_key_text(key)} on the {what} of shape {list(shape)}: index {bad[0]} "
+                f"is outside dimension {dim}, of size {n}. Index within the tensor, or pass mask= to "
+                "nl.load/nl.store for a partial tile")
+        dim += 1
+
+
 class NkiTensor:
     """A view of an :class:`Allocation`: its dtype and buffer, and the steps from the allocation."""
 
@@ -140,7 +182,9 @@ class NkiTensor:
 
     # -- views --------------------------------------------------------------
     def __getitem__(self, key) -> "NkiTensor":
-        return NkiTensor(self._alloc, self._path + (("key", _normalize(key)),))
+        key = _normalize(key)
+        _check_bounds(self, key)
+        return NkiTensor(self._alloc, self._path + (("key", key),))
 
     def __setitem__(self, key, value) -> None:
         from . import language

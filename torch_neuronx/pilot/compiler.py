@@ -1,18 +1,21 @@
 """The graph compiler for a mode, and the metrics that explain its cost.
 
-Two sources, each optional so the pilot degrades to "not available" instead
-of failing: the fidelity layer (``torch_neuronx.metrics()``: per-shape eager
+Two sources: the fidelity layer (``torch_neuronx.metrics()``: per-shape eager
 kernel compilations, NEFF cache hits, an *estimated* neuronx-cc time) and the
 compile metrics (``torch_neuronx.get_dynamo_metrics()``: graphs, recompiles
 with reasons, graph breaks, compile vs execution seconds, cache hits). Dynamo's
 own counters are recorded for any backend, so ``--device cuda`` gets graph
-counts too.
+counts too; the fidelity layer's accounting applies to ``neuron`` only, and other devices
+get "not available" with the reason.
 """
 from __future__ import annotations
 
 import contextlib
 
 import torch
+
+from .. import fidelity
+from ..compile import get_dynamo_metrics, reset_dynamo_metrics
 
 
 def backend_for(device: torch.device) -> str:
@@ -43,24 +46,39 @@ def compiled_forward(model, backend: str):
 
 
 def fidelity_metrics(device: torch.device) -> dict:
-    """``torch_neuronx.metrics()`` (without the long op lists), or why it is unavailable."""
+    """``torch_neuronx.metrics()`` (without the long op lists), or why it does not apply."""
     if device.type != "neuron":
         return {"available": False, "reason": f"per-shape compilation accounting applies to neuron, not {device.type}"}
-    import torch_neuronx
-
-    if not hasattr(torch_neuronx, "metrics"):
-        return {"available": False, "reason": "torch_neuronx.metrics() is not available in this build"}
-    snap = dict(torch_neuronx.metrics())
+    snap = dict(fidelity.metrics())
     snap["executed_op_count"] = len(snap.pop("executed_ops", []) or [])
     snap["available"] = True
     return snap
 
 
-def reset_fidelity() -> None:
-    import torch_neuronx
+def signature_keys(device: torch.device) -> set[str]:
+    """The kernel signatures run since the last metrics reset (neuron only: elsewhere none)."""
+    if device.type != "neuron":
+        return set()
+    from ..runtime.extension import _C
 
-    if hasattr(torch_neuronx, "reset_metrics"):
-        torch_neuronx.reset_metrics()
+    return {key for key, n in _C._signature_calls().items() if n}
+
+
+def projected_compile(device: torch.device, eager_kernels: int, dynamo: dict | None) -> dict | None:
+    """The projected first-run (empty NEFF cache) compile of a mode: its distinct kernel
+    signatures and the graphs the neuron backend compiled (projection's one model), or None
+    off the neuron device."""
+    if device.type != "neuron":
+        return None
+    from torch_neuronx.projection import GraphProgram, get_projector
+
+    graphs = [GraphProgram(g["graph_node_count"], g["stablehlo_op_count"])
+              for g in ((dynamo or {}).get("neuron_backend") or {}).get("compiled_graphs", [])]
+    return get_projector().compile(eager_kernels=eager_kernels, graphs=graphs).to_dict()
+
+
+def reset_fidelity() -> None:
+    fidelity.reset_metrics()
 
 
 def dynamo_metrics() -> dict:
@@ -71,20 +89,9 @@ def dynamo_metrics() -> dict:
         "dynamo_unique_graphs": int(counters["stats"]["unique_graphs"]),
         "dynamo_graph_breaks": {str(k): int(v) for k, v in counters["graph_break"].items()},
     }
-    import torch_neuronx
-
-    getter = getattr(torch_neuronx, "get_dynamo_metrics", None)
-    if getter is None:
-        try:
-            from torch_neuronx.compile import get_dynamo_metrics as getter
-        except ImportError:
-            getter = None
-    if getter is None:
-        data["neuron_backend"] = {"available": False, "reason": "get_dynamo_metrics() is not available"}
-    else:
-        snap = dict(getter())
-        snap.pop("graphs", None)
-        data["neuron_backend"] = {"available": True, **snap}
+    snap = dict(get_dynamo_metrics())
+    snap.pop("graphs", None)
+    data["neuron_backend"] = {"available": True, **snap}
     return data
 
 
@@ -92,8 +99,4 @@ def reset_dynamo() -> None:
     from torch._dynamo.utils import counters
 
     counters.clear()
-    try:
-        from torch_neuronx.compile import reset_dynamo_metrics
-    except ImportError:
-        return
     reset_dynamo_metrics()

@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from ..runtime.staged_files import unwritable_reason, write_text_whole
 from .config import PilotError
 
 REPORT = "report.json"
@@ -35,15 +36,9 @@ def check_out(out: Path, model: str | None) -> None:
         if target in model_dir.parents:
             raise PilotError("bad_input", f"--out {out} contains the model directory {model}: a rerun would "
                                           "replace files beside the model; choose another --out")
-    if target.exists() and not target.is_dir():
-        raise PilotError("bad_input", f"--out {out} is an existing file, not a directory")
-    existing = target
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise PilotError("bad_input", f"--out {out} cannot be created: {existing} is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise PilotError("bad_input", f"--out {out} cannot be created or written: no write permission on {existing}")
+    problem = unwritable_reason(target, is_dir=True)
+    if problem:
+        raise PilotError("bad_input", f"--out {out} {problem}")
 
 
 class Staging:
@@ -71,9 +66,7 @@ class Staging:
     def keep_interrupted(self, text: str) -> Path:
         """The partial report beside the previous one; this run's other files are discarded."""
         path = self.out / INTERRUPTED
-        tmp = self.out / (INTERRUPTED + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_text_whole(path, text)
         self.discard()
         return path
 

@@ -12,10 +12,10 @@ is read between the timed regions, never inside them.
 from __future__ import annotations
 
 import inspect
-import resource
-import time
 
 import torch
+
+from ..testing.decoding import greedy_decode, host_peak_rss_bytes, reset_host_peak_rss
 
 
 def synchronizer(device: torch.device):
@@ -48,39 +48,24 @@ def probe_for(device: torch.device):
     return projected
 
 
-@torch.no_grad()
 def decode_once(model, ids: torch.Tensor, gen_tokens: int, sync, probe=None):
-    """One greedy request: time to first token, the latency of each further token, the tokens,
-    and with a ``probe`` the projection of the prefill and of each decode step."""
+    """One greedy request (the shared loop, ``testing.decoding``) into a new static cache: time
+    to first token, the latency of each further token, the tokens, and with a ``probe`` the
+    projection of the prefill and of each decode step."""
     from transformers import StaticCache
 
-    batch, length = ids.shape
-    device = ids.device
+    cache = {_cache_kwarg(model): StaticCache(config=model.config, max_cache_len=ids.shape[1] + gen_tokens)}
+    projected, marks = [], []
+
+    def read_window():
+        projected.append(probe.since(marks[-1]))
+        marks.append(probe.mark())
+
     sync()
-    projected = []
-    mark = probe.mark() if probe else None
-    start = time.perf_counter()
-    cache = {_cache_kwarg(model): StaticCache(config=model.config, max_cache_len=length + gen_tokens)}
-    out = model(input_ids=ids, **cache, use_cache=True, cache_position=torch.arange(length, device=device))
-    token = out.logits[:, -1].argmax(-1, keepdim=True)
-    sync()
-    ttft = time.perf_counter() - start
     if probe:
-        projected.append(probe.since(mark))
-    tokens = [token]
-    per_token = []
-    for step in range(gen_tokens - 1):
-        mark = probe.mark() if probe else None
-        start = time.perf_counter()
-        out = model(input_ids=token, **cache, use_cache=True,
-                    cache_position=torch.tensor([length + step], device=device))
-        token = out.logits[:, -1].argmax(-1, keepdim=True)
-        sync()
-        per_token.append(time.perf_counter() - start)
-        if probe:
-            projected.append(probe.since(mark))
-        tokens.append(token)
-    return ttft, per_token, torch.cat(tokens, dim=1).tolist(), projected
+        marks.append(probe.mark())
+    run = greedy_decode(model, ids, gen_tokens, cache, ids.device, sync, after_token=read_window if probe else None)
+    return run.ttft_seconds, run.per_token_seconds, run.tokens.tolist(), projected
 
 
 def greedy_static(model, ids: torch.Tensor, new_tokens: int, pad_token_id: int) -> list[list[int]]:
@@ -90,18 +75,19 @@ def greedy_static(model, ids: torch.Tensor, new_tokens: int, pad_token_id: int) 
 
 
 def _projected(steady: list, batch: int, length: int) -> dict:
-    """Projected TTFT, per-token latency, throughputs and MFU of the steady-state requests."""
+    """Projected TTFT, per-token latency, whole-request seconds (the sum of its windows, what
+    the cost step prices), throughputs and MFU of the steady-state requests."""
     from ..projection import LABEL, get_projector
 
-    ttft = [r[3][0]["seconds"] for r in steady]
-    tokens = [p["seconds"] for r in steady for p in r[3][1:]]
-    windows = [p for r in steady for p in r[3]]
-    seconds = sum(p["seconds"] for p in windows)
+    ttft = [r[3][0].step.seconds for r in steady]
+    tokens = [w.step.seconds for r in steady for w in r[3][1:]]
+    requests = [sum(w.step.seconds for w in r[3]) for r in steady]
+    flops = sum(w.step.flops for r in steady for w in r[3])
     return {"label": LABEL, "ttft_seconds": percentiles(ttft), "per_token_seconds": percentiles(tokens),
+            "request_seconds": percentiles(requests),
             "prefill_tokens_per_second": batch * length * len(ttft) / sum(ttft) if sum(ttft) else None,
             "decode_tokens_per_second": batch * len(tokens) / sum(tokens) if sum(tokens) else None,
-            "flops": sum(p["flops"] for p in windows),
-            "mfu": get_projector().mfu(sum(p["flops"] for p in windows), seconds)}
+            "flops": flops, "mfu": get_projector().mfu(flops, sum(requests))}
 
 
 def measure_generation(model, batches: dict, gen_tokens: int, iters: int, device, on_iter) -> dict:
@@ -143,21 +129,22 @@ def measure_generation(model, batches: dict, gen_tokens: int, iters: int, device
     projected = [s["projected"] for s in shapes.values() if "projected" in s]
     if projected:
         data["projected"] = {"label": projected[0]["label"], "ttft_seconds": percentiles(
-            [r[3][0]["seconds"] for r in all_steady]), "per_token_seconds": percentiles(
-            [p["seconds"] for r in all_steady for p in r[3][1:]])}
+            [r[3][0].step.seconds for r in all_steady]), "per_token_seconds": percentiles(
+            [w.step.seconds for r in all_steady for w in r[3][1:]])}
     return data
 
 
 def reset_peak_memory(device: torch.device) -> None:
-    if device.type != "cpu":
+    if device.type == "cpu":
+        reset_host_peak_rss()
+    else:
         torch.accelerator.reset_peak_memory_stats(device)
 
 
 def peak_memory(device: torch.device) -> dict:
     """Peak bytes on the core vs its capacity; on CPU only the process's peak RSS exists."""
     if device.type == "cpu":
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-        return {"scope": "host process (peak RSS)", "peak_bytes": rss, "capacity_bytes": None,
+        return {"scope": "host process (peak RSS)", "peak_bytes": host_peak_rss_bytes(), "capacity_bytes": None,
                 "peak_fraction": None}
     peak = torch.accelerator.max_memory_allocated(device)
     _free, total = torch.accelerator.get_memory_info(device)

@@ -7,10 +7,11 @@ the model compiled once, so compile mode pays for compilation only once. A
 step's status and summary are settled as soon as a part of it completes, so a
 failure later on never erases what already ran.
 
-Exit codes: 0 every check passed; 1 a check failed or a step hit an error;
-2 bad input or an unusable environment (one-line error, partial report);
-3 an internal error of the pilot itself (one line; details in report.json);
-130 / 143 interrupted by SIGINT / SIGTERM (previous report kept, partial one beside it).
+Exit codes (``runtime/exit_codes.py``): SUCCESS (0) every check passed; FAILURE (1) a check
+failed or a step hit an error; USER_ERROR (2) bad input or an unusable environment (one-line
+error, partial report); INTERNAL_ERROR (3) an internal error of the pilot itself (one line;
+details in report.json); INTERRUPTED / TERMINATED (130 / 143) by SIGINT / SIGTERM (previous
+report kept, partial one beside it).
 """
 from __future__ import annotations
 
@@ -19,53 +20,34 @@ import datetime
 import os
 import platform
 import signal
-import threading
 import time
 import traceback
 from pathlib import Path
 
 import torch
 
-from ..runtime.errors import ConfigError
-from ..runtime.errors import first_line
+from ..runtime.errors import ConfigError, first_line
+from ..runtime.exit_codes import ExitCode, interrupted_by
+from ..runtime.interrupts import interrupt_signal, sigterm_as_interrupt
+from ..runtime.staged_files import write_text_whole
 from . import compiler, perf
 from .config import PilotConfig, PilotError
 from .device import is_emulated, resolve_device, set_core_capacity, use_instance
 from .inputs import load_tokenizer
 from .model import describe, load_reference, out_of_memory, to_device
-from ..projection import price as instance_price
+from ..projection import get_projector, price as instance_price, write_chrome_trace
 from .output import PROJECTED_TRACE, Staging, check_out
 from .report import STEP_ORDER, Check, Report, StepSection, to_json_text
 from .report.schema import Environment, ReportError
 from .steps import STEPS, checkpoint, compilation, cost, finetune, inputs, numerics, performance, quality
-
-EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 class StepError(Exception):
     """A step could not complete; the pilot records it and goes on with the next step."""
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C (SIGINT)."""
-
-    signum = signal.SIGTERM
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    if threading.current_thread() is not threading.main_thread():  # handlers live in the main thread only
-        yield
-        return
-
-    def raise_terminated(_signum, _frame):
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+class ReportNotWritten(Exception):
+    """The report cannot be written (a full disk): the run stops, nothing is published."""
 
 
 def _versions() -> dict:
@@ -138,11 +120,10 @@ class PilotRun:
     def write(self) -> None:
         """Write the report as it stands into the run's directory (published when the run ends)."""
         self.report.duration_seconds = time.perf_counter() - self.started
-        text = to_json_text(self.report)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        tmp = self.workdir / "report.json.tmp"
-        tmp.write_text(text)
-        tmp.replace(self.workdir / "report.json")
+        try:
+            write_text_whole(self.workdir / "report.json", to_json_text(self.report))
+        except OSError as exc:
+            raise ReportNotWritten(exc.strerror or str(exc)) from None
 
     def write_html(self) -> None:
         from .report.html import render_html
@@ -158,14 +139,18 @@ class PilotRun:
             staging = Staging(self.out)
         except PilotError as exc:
             self.ui.error(str(exc))
-            return EXIT_BAD_INPUT
+            return ExitCode.USER_ERROR
         self.workdir = staging.dir
         hf_logging.disable_progress_bar()  # our progress bars are the console's
         try:
-            with _sigterm_as_interrupt():
+            with sigterm_as_interrupt():
                 self._run_and_record()
         except KeyboardInterrupt as exc:
-            return self._interrupted(staging, getattr(exc, "signum", signal.SIGINT))
+            return self._interrupted(staging, interrupt_signal(exc))
+        except ReportNotWritten as exc:
+            staging.discard()
+            self.ui.error(f"cannot write the report in {self.out}: {exc}; the previous report is kept")
+            return ExitCode.USER_ERROR
         staging.publish()
         self.ui.summary(self.report.to_json(), self.out)
         return self.report.exit_code
@@ -175,16 +160,18 @@ class PilotRun:
             self._run_steps()
             failed = any(s.status in ("failed", "error") for s in self.report.steps.values())
             self.report.status = "failed" if failed else "passed"
-            self.report.exit_code = EXIT_CHECK_FAILED if failed else EXIT_OK
+            self.report.exit_code = ExitCode.FAILURE if failed else ExitCode.SUCCESS
         except PilotError as exc:
-            self._abort(exc.kind, str(exc), EXIT_BAD_INPUT)
+            self._abort(exc.kind, str(exc), ExitCode.USER_ERROR)
         except ConfigError as exc:  # an environment variable the runtime cannot use, found at first device use
-            self._abort("bad_input", str(exc), EXIT_BAD_INPUT)
+            self._abort("bad_input", str(exc), ExitCode.USER_ERROR)
         except torch.OutOfMemoryError as exc:
             err = out_of_memory(getattr(self, "device", self.cfg.device), exc)
-            self._abort(err.kind, str(err), EXIT_BAD_INPUT)
+            self._abort(err.kind, str(err), ExitCode.USER_ERROR)
+        except ReportNotWritten:
+            raise
         except Exception as exc:
-            self._abort("internal", f"internal error: {first_line(exc)}", EXIT_INTERNAL,
+            self._abort("internal", f"internal error: {first_line(exc)}", ExitCode.INTERNAL_ERROR,
                         traceback.format_exc(limit=12))
         self.write()
         try:
@@ -202,7 +189,7 @@ class PilotRun:
             self.section(step).summary = message
         self.report.error = ReportError("interrupted", message, step)
         self.report.status = "interrupted"
-        self.report.exit_code = 128 + signum
+        self.report.exit_code = interrupted_by(signum)
         self.report.duration_seconds = time.perf_counter() - self.started
         path = staging.keep_interrupted(to_json_text(self.report))
         self.ui.error(f"{message}; the previous report in {self.out} is kept, the partial one is {path}")
@@ -305,13 +292,13 @@ class PilotRun:
         if device.type == "neuron":
             topo = torch.neuron.topology()
             p = topo.profile
-            rate, source = cost.price_for(device.type, self.cfg.price_per_hour, p.name)
+            rate = cost.price_for(device.type, self.cfg.price_per_hour, p.name)
             env.instance = {"name": p.name, "family": p.family, "logical_nc_config": topo.lnc,
                             "visible_cores": topo.device_count,
                             "hbm_per_core_bytes": torch.neuron.get_device_properties(device).total_memory,
                             "hbm_override_gib": self.cfg.hbm_per_core_gib,
-                            "price_per_hour_usd": rate, "price_source": source,
-                            "price": instance_price(p.name, self.cfg.price_per_hour),
+                            "price_per_hour_usd": rate.usd_per_hour, "price_source": rate.source,
+                            "price": instance_price(p.name, self.cfg.price_per_hour).to_dict(),
                             "figures_confirmed": p.confirmed}
 
     def _finetune(self, ref, dev, device, known) -> None:
@@ -337,23 +324,23 @@ class PilotRun:
 
     def _project_training(self, probe, mark, steps: int, rows: int) -> None:
         """Projected fine-tune figures, where its device time goes, and its timeline as a trace."""
-        from ..projection import get_projector, write_chrome_trace
-
         window = probe.since(mark)
         measured = self.section("performance").result
-        measured.projected_training = performance.project_training(window, steps, rows)
-        measured.projection = {k: window[k] for k in ("label", "seconds", "flops", "mfu", "eager_by_engine")}
-        measured.projection["eager"] = {"by_op": window["eager_by_op"]}
+        measured.projected_training = performance.project_training(window, steps, rows, get_projector(),
+                                                                   self.cfg.price_per_hour)
+        measured.projection = {"label": "projected", "step": window.step.to_dict(),
+                               "eager_by_engine": window.eager_by_engine, "eager": {"by_op": window.eager_by_op}}
         write_chrome_trace(get_projector(), probe.sequence(mark), self.workdir / PROJECTED_TRACE)
 
     def _cost(self, device) -> None:
         with self.part("cost"):
-            instance = torch.neuron.topology().profile.name if device.type == "neuron" else None
-            price, source = cost.price_for(device.type, self.cfg.price_per_hour, instance)
+            neuron = device.type == "neuron"
+            instance = torch.neuron.topology().profile.name if neuron else None
             self.section("cost").result = cost.run(
-                price, source, self.report.environment.time_basis, self.cfg.gen_tokens, device.type,
-                self.section("compilation").result, self.section("performance").result,
-                self.section("finetune").result)
+                cost.price_for(device.type, self.cfg.price_per_hour, instance), self.report.environment.time_basis,
+                self.cfg.gen_tokens, device.type, self.section("compilation").result,
+                self.section("performance").result, self.section("finetune").result,
+                projector=get_projector() if neuron else None, user_price=self.cfg.price_per_hour)
 
 
 def run_pilot(cfg: PilotConfig, ui) -> int:

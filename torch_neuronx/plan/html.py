@@ -2,11 +2,15 @@
 (its CSS, markup helpers and embedded matplotlib figures)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from ..pilot.report.html import CSS
-from ..pilot.report.markup import badge, e, img, num, table
+from ..pilot.report.markup import badge, e, img, table
 from ..pilot.report.plots import plt, png
+from .render import SWEEP_COLUMNS, band_note, headline, memory_rows, sweep_cells, time_rows
 
 GiB = 2**30
+TITLE = "<title>TorchNeuron plan</title>"  # how a rerun recognises a page it may replace
 
 
 def _memory_chart(memory: dict) -> str:
@@ -23,36 +27,29 @@ def _memory_chart(memory: dict) -> str:
     return png(fig)
 
 
-def render_html(plan: dict) -> str:
-    lay, mem, t = plan["layout"], plan["memory"], plan["time"]
+def is_plan_page(path: Path) -> bool:
+    """Whether ``path`` is a page written by ``torchneuron plan`` (which a rerun may replace)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(512)
+    except OSError:
+        return False
+    return head.startswith("<!doctype html>") and TITLE in head
+
+
+def render_html(plan: dict, json_name: str = "plan.json") -> str:
+    mem = plan["memory"]
     status = "passed" if mem["fits"] else "failed"
-    rows = [[e(k.replace("_", " ")), num(v / GiB, "{:.2f} GiB"), "assumed" if k == "runtime_reserve" else "emulated"]
-            for k, v in mem["bytes"].items()]
-    rows.append(["total / capacity", f"{mem['total_bytes'] / GiB:.2f} / {mem['hbm_bytes'] / GiB:.2f} GiB",
-                 badge(status).replace(">passed<", ">fits<").replace(">failed<", ">does not fit<")])
-    c = t["compile"]
-    timing = [["distinct kernels (first run compiles)", num(c["eager_kernel_compiles"], "{:,}"), "emulated"],
-              ["first-run compile time", num(c["first_run_compile_seconds"], "{:.0f} s"), "projected"],
-              ["step: compute", num(t["compute_seconds"], "{:.3f} s"), "projected"]]
-    timing += [[f"step: collectives over {e(link)}", num(s, "{:.3f} s"), "projected"]
-               for link, s in t["collectives_by_link"].items()]
-    timing += [["step time (no overlap … full overlap)",
-                f"{t['step_seconds_no_overlap']:.3f} … {t['step_seconds_full_overlap']:.3f} s", "projected"],
-               ["tokens/s (whole job)", num(t["tokens_per_second"], "{:,.0f}"), "projected"],
-               ["MFU", num(t["mfu"], "{:.1%}"), "projected"],
-               ["cost per step", num(t["usd_per_step"], "${:,.4f}"), "projected"],
-               ["cost per billion tokens", num(t["usd_per_billion_tokens"], "${:,.2f}"), "projected"]]
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>TorchNeuron plan</title>"
+    verdict = badge(status).replace(">passed<", ">fits<").replace(">failed<", ">does not fit<")
+    rows = [[e(f), e(v), verdict if f.startswith("HBM: total") else e(how)] for f, v, how in memory_rows(plan)]
+    timing = [[e(f), e(v), e(how)] for f, v, how in time_rows(plan)]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'>{TITLE}"
              f"<style>{CSS}</style></head><body>",
              f"<h1>TorchNeuron plan: {e(plan['model'])} {badge(status)}</h1>",
-             f"<p class='muted'>{e(plan['model_type'])}, {plan['parameters']['total']:,} parameters · "
-             f"{lay['instances']}×{e(plan['instance'])}, LNC={lay['lnc']} · {e(plan['mode'])} · "
-             f"TP={lay['tp']} × FSDP={lay['fsdp']} = {lay['world']} ranks · batch {lay['batch']}/rank × "
-             f"seq {plan['seq_len']} · {e(plan['dtype'])} · checkpointing "
-             f"{'on' if lay['checkpointing'] else 'off'}</p>",
+             f"<p class='muted'>{e(headline(plan))}</p>",
              f"<p class='banner'><b>Nothing here was measured on Trainium.</b> Memory and kernels are emulated "
              f"(traced on fake tensors: {e(plan['method'])}); times and costs are projected "
-             f"(docs/projection.md).</p>",
+             f"(docs/projection.md). {e(band_note(plan))}</p>",
              "<h2>HBM per rank</h2>", img(_memory_chart(mem), "HBM per rank"), table(["", "", "how"], rows)]
     if "suggestion" in plan:
         s = plan["suggestion"]
@@ -60,12 +57,7 @@ def render_html(plan: dict) -> str:
     parts += ["<h2>Compilation, step time and cost</h2>", table(["", "", "how"], timing)]
     if plan.get("sweep"):
         parts.append("<h2>Sweep: fitting layouts, cheapest per token first (projected)</h2>")
-        parts.append(table(["TP", "FSDP", "batch", "checkpointing", "HBM/rank", "step s", "tokens/s", "MFU",
-                            "$ / B tokens"], [
-            [str(r["layout"]["tp"]), str(r["layout"]["fsdp"]), str(r["layout"]["batch"]),
-             "on" if r["layout"]["checkpointing"] else "off", num(r["memory_total_bytes"] / GiB, "{:.2f} GiB"),
-             num(r["step_seconds"], "{:.3f}"), num(r["tokens_per_second"], "{:,.0f}"), num(r["mfu"], "{:.1%}"),
-             num(r["usd_per_billion_tokens"], "${:,.2f}")] for r in plan["sweep"]]))
-    parts.append("<p class='muted'>Machine-readable data: plan.json (same directory). See docs/plan.md.</p>"
+        parts.append(table(list(SWEEP_COLUMNS), [sweep_cells(r) for r in plan["sweep"]]))
+    parts.append(f"<p class='muted'>Machine-readable data: {e(json_name)} (same directory). See docs/plan.md.</p>"
                  "</body></html>")
     return "\n".join(parts)

@@ -1,16 +1,20 @@
 """Trace one rank's step on fake tensors: memory by ``torch.distributed._tools.mem_tracker``,
-kernels and device time by the projection package.
+kernels and their projected costs by the projection package, one recording per graph
+(forward and backward of a training micro-batch; prefill and one decode step of inference).
 
 The rank's share of the model under TP is the same model with ``heads / tp``,
-``kv_heads / tp``, ``intermediate / tp`` and ``vocab / tp`` (the LM head
-sharded on the vocabulary, i.e. loss-parallel logits). That model is traced
-with 1 and with 2 decoder layers; every figure is affine in the layer count
-(all decoder layers are identical), so the whole model is
-``f(1) + (layers - 1) × (f(2) - f(1))``. Nothing is allocated on the host.
+``kv_heads / tp`` (at least one: KV heads are replicated when TP exceeds them),
+``intermediate / tp`` and ``vocab / tp`` (the LM head sharded on the vocabulary,
+i.e. loss-parallel logits). That model is traced with 1 and with 2 decoder
+layers; every figure is affine in the layer count (all decoder layers are
+identical), so ``k`` layers are ``f(1) + (k - 1) × (f(2) - f(1))``: the whole
+model, or one pipeline stage's share. Nothing is allocated on the host.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import inspect
 from collections import Counter
 
 import torch
@@ -22,22 +26,46 @@ _PER_RANK_FIELDS = ("num_attention_heads", "num_key_value_heads", "intermediate_
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
-    """What one rank runs: train (forward + backward) or infer (prefill + decode)."""
+    """What one rank runs: train (forward + backward of one micro-batch) or infer (prefill + decode)."""
 
     mode: str  # "train" | "infer"
     tp: int
-    batch: int  # sequences per data-parallel rank
-    seq_len: int
-    dtype: torch.dtype
+    batch: int  # sequences per micro-batch of one data-parallel rank
+    seq_len: int  # training sequence, or the prompt
+    dtype: torch.dtype  # the parameters' dtype
     checkpointing: bool = False
+    autocast: bool = False  # bf16 compute over fp32 parameters
+    decode_cache_len: int = 0  # infer: the cache length the decode step is traced at
 
 
 @dataclasses.dataclass
 class TraceResult:
-    activation_bytes: float  # peak activations + temporaries of the whole model (extrapolated)
-    calls: Counter  # signature key -> calls for the whole model (extrapolated)
-    decode_calls: Counter  # infer only: one decode step
-    layers_traced: str
+    """Figures at 1 and 2 traced layers; ``at(k)`` extrapolates to ``k`` layers."""
+
+    activation_bytes: tuple[float, float]  # peak of activations + temporaries
+    calls: dict[str, tuple[Counter, Counter]]  # graph name → signature counts
+    layers: int
+
+    def activations(self, layers: int | float | None = None) -> float:
+        one, two = self.activation_bytes
+        return _affine(one, max(one, two), self.layers if layers is None else layers)
+
+    def per_layer_activations(self) -> float:
+        one, two = self.activation_bytes
+        return max(0.0, two - one)
+
+    def graph_calls(self, graph: str, layers: int | float | None = None) -> Counter:
+        one, two = self.calls[graph]
+        k = self.layers if layers is None else layers
+        return Counter({key: round(_affine(one.get(key, 0), two.get(key, 0), k)) for key in one.keys() | two.keys()})
+
+    @property
+    def method(self) -> str:
+        return f"1 and 2 of {self.layers} layers traced, scaled by the layer count"
+
+
+def head_dim(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
 def rank_config(config, tp: int, layers: int):
@@ -46,12 +74,26 @@ def rank_config(config, tp: int, layers: int):
 
     data = config.to_dict()
     data.pop("layer_types", None)
-    data["head_dim"] = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    if tp > 1:
+        data["head_dim"] = head_dim(config)
     for field in _PER_RANK_FIELDS:
-        data[field] = -(-data[field] // tp)
+        if field in data:
+            data[field] = -(-data[field] // tp)
     data["num_hidden_layers"] = layers
     model_type = data.pop("model_type")
     return AutoConfig.for_model(model_type, **data)
+
+
+def build_model(config, model_config=None, **kwargs):
+    """The Transformers class ``config`` names (``architectures``, else a causal LM), built from
+    ``model_config`` (default: ``config`` itself)."""
+    import transformers
+
+    for name in getattr(config, "architectures", None) or ():
+        cls = getattr(transformers, name, None)
+        if cls is not None:
+            return cls._from_config(model_config or config, **kwargs)
+    return transformers.AutoModelForCausalLM.from_config(model_config or config, **kwargs)
 
 
 def _activation_tracker():
@@ -76,51 +118,59 @@ def _activation_tracker():
     return ActivationPeakTracker()
 
 
-def _run(config, work: Workload, layers: int, projector: Projector) -> tuple[float, Counter, Counter]:
+def _training_inputs(model, ids: torch.Tensor) -> dict:
+    """Inputs with labels for the model's own loss (a masked LM also gets its next-sentence label)."""
+    inputs = {"input_ids": ids, "labels": ids}
+    if "next_sentence_label" in inspect.signature(model.forward).parameters:
+        inputs["next_sentence_label"] = torch.zeros(ids.shape[0], dtype=torch.long)
+    return inputs
+
+
+def _run(config, work: Workload, layers: int, projector: Projector) -> tuple[float, dict[str, Counter]]:
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from transformers import AutoModelForCausalLM
 
     cfg = rank_config(config, work.tp, layers)
-    decode = Counter()
+    calls: dict[str, Counter] = {}
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if work.autocast else contextlib.nullcontext()
     with FakeTensorMode():
-        model = AutoModelForCausalLM.from_config(cfg, dtype=work.dtype, attn_implementation="sdpa")
+        model = build_model(config, cfg, dtype=work.dtype, attn_implementation="sdpa")
         ids = torch.zeros(work.batch, work.seq_len, dtype=torch.long)
         tracker = _activation_tracker()
         tracker.track_external(model)
-        with tracker, ProjectionMode(projector) as run:
-            if work.mode == "train":
-                model.train()
-                if work.checkpointing:
-                    model.activation_checkpointing_enable({"use_reentrant": False})
-                model(input_ids=ids, labels=ids).loss.backward()
-            else:
-                model.eval()
-                with torch.no_grad():
+        if work.mode == "train":
+            model.train()
+            if work.checkpointing:
+                model.activation_checkpointing_enable({"use_reentrant": False})
+            with tracker:
+                with ProjectionMode(projector) as fwd, autocast:
+                    loss = model(**_training_inputs(model, ids)).loss
+                with ProjectionMode(projector) as bwd:
+                    loss.backward()
+            calls = {"forward": fwd.calls, "backward": bwd.calls}
+        else:
+            model.eval()
+            with torch.no_grad():
+                with tracker, ProjectionMode(projector) as prefill:
                     out = model(input_ids=ids, use_cache=True)
-                    tracker.reset_mod_stats()  # the tracker refuses a second call of a module otherwise
-                    with ProjectionMode(projector) as step:
-                        model(input_ids=ids[:, :1], past_key_values=out.past_key_values, use_cache=True)
-                    decode = step.calls
-    return float(tracker.activation_peak), run.calls, decode
+                cache = out.past_key_values
+                if work.decode_cache_len != work.seq_len:  # the decode step sees the mean cache length
+                    cache = model(input_ids=torch.zeros(work.batch, work.decode_cache_len, dtype=torch.long),
+                                  use_cache=True).past_key_values
+                with ProjectionMode(projector) as decode:
+                    model(input_ids=ids[:, :1], past_key_values=cache, use_cache=True)
+            calls = {"prefill": prefill.calls, "decode": decode.calls}
+    return float(tracker.activation_peak), calls
 
 
-def _affine(one, two, layers: int):
+def _affine(one, two, layers):
     return one + (layers - 1) * (two - one)
 
 
-def _affine_counts(one: Counter, two: Counter, layers: int) -> Counter:
-    return Counter({k: _affine(one.get(k, 0), two.get(k, 0), layers) for k in one.keys() | two.keys()})
-
-
 def trace(config, work: Workload, projector: Projector) -> TraceResult:
-    """Trace ``work`` for one rank with 1 and 2 decoder layers and extrapolate to the model's layers."""
-    layers = config.num_hidden_layers
-    a1, c1, d1 = _run(config, work, 1, projector)
-    a2, c2, d2 = _run(config, work, 2, projector)
-    # a peak can sit outside the layers (the logits): a layer never adds less than nothing
-    return TraceResult(activation_bytes=_affine(a1, max(a1, a2), layers), calls=_affine_counts(c1, c2, layers),
-                       decode_calls=_affine_counts(d1, d2, layers),
-                       layers_traced=f"1 and 2 of {layers} decoder layers traced, scaled by the layer count")
+    """Trace ``work`` for one rank with 1 and 2 decoder layers."""
+    a1, c1 = _run(config, work, 1, projector)
+    a2, c2 = _run(config, work, 2, projector)
+    return TraceResult((a1, a2), {g: (c1[g], c2[g]) for g in c1}, config.num_hidden_layers)
 
 
 def optimizer_calls(numel: int, dtype: torch.dtype, projector: Projector) -> Counter:

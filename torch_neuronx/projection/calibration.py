@@ -10,9 +10,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import os
+import warnings
 from pathlib import Path
 
+from ..runtime.errors import ConfigError
 from ..runtime.settings import get_str
 from .hardware import ENGINES, LINKS, load_data
 
@@ -20,6 +23,7 @@ CALIBRATION_SCHEMA = 1
 EFFICIENCY_KEYS = ENGINES[:-1] + ("hbm", "dma", "link")  # dma-class kernels use the dma bandwidth
 LAUNCH_KEYS = ("eager", "graph")
 OP_OVERRIDE_KEYS = ("engine", "efficiency", "launch_seconds")
+RETIRED_FIELDS = ("compile_seconds_per_graph",)  # older files: read, ignored, warned about once per load
 
 
 class CalibrationError(ValueError):
@@ -31,10 +35,12 @@ class Calibration:
     efficiency: dict[str, float]
     launch_seconds: dict[str, float]
     link_latency_seconds: dict[str, float]
-    compile_seconds_per_graph: float
     graph_engine_overlap: bool
     link_bytes_per_s: dict[str, float] = dataclasses.field(default_factory=dict)  # overrides the data
     ops: dict[str, dict] = dataclasses.field(default_factory=dict)  # per-op overrides
+    # share of a graph's intermediate traffic (its eager kernels' bytes beyond its own I/O) still
+    # moved to HBM; 0 = everything stays on chip. Fitted on published results (job.Factors).
+    graph_spill_fraction: float = 0.0
     source: str = "defaults (assumptions; see docs/projection.md)"
 
     def op_override(self, op: str) -> dict:
@@ -44,13 +50,12 @@ class Calibration:
 
 def defaults() -> Calibration:
     d = copy.deepcopy(load_data()["defaults"])
-    return Calibration(d["efficiency"], d["launch_seconds"], d["link_latency_seconds"],
-                       d["compile_seconds_per_graph"], d["graph_engine_overlap"])
+    return Calibration(d["efficiency"], d["launch_seconds"], d["link_latency_seconds"], d["graph_engine_overlap"])
 
 
 def _number(where: str, value, low: float, high: float | None, low_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CalibrationError(f"{where} must be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise CalibrationError(f"{where} must be a finite number, got {value!r}")
     too_low = value <= low if low_open else value < low
     if too_low or (high is not None and value > high):
         bound = f"in ({low}, {high}]" if low_open else f">= {low}" + (f" and <= {high}" if high else "")
@@ -103,10 +108,14 @@ def load_calibration(path: os.PathLike | str) -> Calibration:
         raise CalibrationError(
             f"calibration file {path} must be an object with \"schema\": {CALIBRATION_SCHEMA}")
     known = {"schema", "measured_on", "efficiency", "launch_seconds", "link_latency_seconds",
-             "link_bytes_per_s", "compile_seconds_per_graph", "graph_engine_overlap", "ops"}
-    unknown = set(raw) - known
+             "link_bytes_per_s", "graph_engine_overlap", "ops"}
+    unknown = set(raw) - known - set(RETIRED_FIELDS)
     if unknown:
         raise CalibrationError(f"calibration file {path} has unknown field(s) {sorted(unknown)}")
+    retired = sorted(set(raw) & set(RETIRED_FIELDS))
+    if retired:
+        warnings.warn(f"calibration file {path}: {', '.join(retired)} is ignored (compile time is the "
+                      "compile_time model of hardware.json; docs/projection.md)", stacklevel=2)
     base = defaults()
     where = path.name
     overlap = raw.get("graph_engine_overlap", base.graph_engine_overlap)
@@ -121,9 +130,6 @@ def load_calibration(path: os.PathLike | str) -> Calibration:
         link_latency_seconds={**base.link_latency_seconds,
                               **_table(f"{where}: link_latency_seconds", raw.get("link_latency_seconds", {}),
                                        LINKS, 0, None)},
-        compile_seconds_per_graph=_number(f"{where}: compile_seconds_per_graph",
-                                          raw.get("compile_seconds_per_graph", base.compile_seconds_per_graph),
-                                          0, None),
         graph_engine_overlap=overlap,
         link_bytes_per_s=_table(f"{where}: link_bytes_per_s", raw.get("link_bytes_per_s", {}), LINKS,
                                 0, None, True),
@@ -134,6 +140,18 @@ def load_calibration(path: os.PathLike | str) -> Calibration:
 
 
 def active_calibration() -> Calibration:
-    """The calibration named by ``TORCHNEURON_PROJECTION_CALIBRATION``, else the defaults."""
+    """The calibration named by ``TORCHNEURON_PROJECTION_CALIBRATION``, else the defaults with
+    the factors fitted on AWS's published results in force (``fitted_factors.json``): the plan,
+    the pilot and ``metrics()`` then project with one set of factors, the one the error band
+    (``projection.error_band``) was measured on.
+
+    Read when a projector is first used, never at ``import torch``; a file it cannot
+    use is a one-line ``ConfigError`` naming the variable."""
     path = get_str("TORCHNEURON_PROJECTION_CALIBRATION")
-    return load_calibration(path) if path else defaults()
+    if not path:
+        from .job import fitted_factors  # job builds on this module
+        return fitted_factors().calibration(defaults())
+    try:
+        return load_calibration(path)
+    except CalibrationError as exc:
+        raise ConfigError(f"TORCHNEURON_PROJECTION_CALIBRATION={path}: {exc}") from None

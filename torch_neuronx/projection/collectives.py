@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..runtime import metrics_registry
 from ..runtime.settings import get_int
 from .calibration import Calibration
 from .hardware import LINKS, DeviceModel, device_model
@@ -142,4 +143,13 @@ class CollectiveLog:
             self.counts.clear()
 
 
+    def snapshot(self) -> list[dict]:
+        """The log as JSON: one entry per distinct collective, with its count."""
+        with self._lock:
+            return [{**dataclasses.asdict(rec), "calls": n} for rec, n in self.counts.items()]
+
+
 COLLECTIVE_LOG = CollectiveLog()
+metrics_registry.register_store("projection.collectives", COLLECTIVE_LOG.snapshot, COLLECTIVE_LOG.clear,
+                                "collectives the neuron process groups ran (kind, bytes, ranks, link)",
+                                metrics_registry.HOST)

@@ -2,8 +2,10 @@
 
 The graph runs on fake tensors under ``OpRecorder``, so Dynamo graphs (torch
 functions) and AOT graphs (ATen) both reach ATen ops with shapes and no data.
-The compiler keeps intermediates on chip where it can, so only the graph's
-inputs, weights and outputs count as HBM traffic — a lower bound that ignores spills
+The compiler keeps intermediates on chip where it can: the graph's inputs, weights
+and outputs are HBM traffic, and of the rest its eager kernels would move only the
+calibration's ``graph_spill_fraction`` (fitted on published results; 0 in the bare
+defaults, a lower bound) — the same arithmetic as a plan's ``job.GraphWork``
 (docs/projection.md). Engines run concurrently under the compiler's schedule
 (``graph_engine_overlap``, default on): compute time is the busiest engine's,
 otherwise the sum.
@@ -32,6 +34,7 @@ class GraphCost:
     nodes: int  # ATen kernels the graph contains
     flops: int
     bytes: int  # graph inputs + outputs
+    intermediate_bytes: int  # what its eager kernels would move beyond ``bytes``
     engine_seconds: dict[str, float]
     compute_seconds: float
     memory_seconds: float
@@ -62,14 +65,15 @@ def project_graph(name: str, gm: torch.nn.Module, example_inputs, device: Device
     fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
     engine_seconds: dict[str, float] = defaultdict(float)
     flops_by_op: Counter[str] = Counter()
-    nodes = 0
+    nodes = eager_bytes = 0
 
     def on_op(func, args, kwargs, out):
-        nonlocal nodes
-        engine, flops, elements, _ = work(func, args, kwargs, out)
+        nonlocal nodes, eager_bytes
+        engine, flops, elements, nbytes = work(func, args, kwargs, out)
         if engine == "none":
             return
         nodes += 1
+        eager_bytes += nbytes
         op = op_name(func)
         cost = roofline(op, engine, flops, elements, 0, tensors_in((args, kwargs)), device, cal)
         engine_seconds[cost.engine] += cost.compute_seconds
@@ -85,5 +89,7 @@ def project_graph(name: str, gm: torch.nn.Module, example_inputs, device: Device
     nbytes = _unique_bytes(inputs + list(gm.parameters()) + list(gm.buffers())) + _unique_bytes(out)
     compute = max(engine_seconds.values(), default=0.0) if cal.graph_engine_overlap \
         else sum(engine_seconds.values())
-    return GraphCost(name, nodes, sum(flops_by_op.values()), nbytes, dict(engine_seconds), compute,
-                     nbytes / (device.hbm_bytes_per_s * cal.efficiency["hbm"]), dict(flops_by_op))
+    intermediate = max(0, eager_bytes - nbytes)
+    hbm_bytes = nbytes + cal.graph_spill_fraction * intermediate
+    return GraphCost(name, nodes, sum(flops_by_op.values()), nbytes, intermediate, dict(engine_seconds), compute,
+                     hbm_bytes / (device.hbm_bytes_per_s * cal.efficiency["hbm"]), dict(flops_by_op))

@@ -1,36 +1,29 @@
 """The Trainium figures a projection runs on, resolved for one logical core.
 
-``hardware.json`` holds per-physical-core and per-chip figures with their
-sources; a logical core (LNC=2 fuses two physical cores) gets ``lnc`` times
-the per-core peaks and its share of the chip's HBM and DMA bandwidth. The
-instance profiles of ``runtime/profiles.py`` say how many chips and cores an
-instance has; this module adds what the hardware can do and what it costs.
+``hardware.json`` (the one hardware table, read through ``runtime/hardware_data.py``)
+holds per-physical-core and per-chip figures with their sources; a logical core
+(LNC=2 fuses two physical cores) gets ``lnc`` times the per-core peaks and its
+share of the chip's HBM and DMA bandwidth. The instance profiles of
+``runtime/profiles.py`` (read from the same table) say how many chips and cores
+an instance has; this module adds what the hardware can do and what it costs.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
-from pathlib import Path
 
 import torch
 
 from ..runtime.errors import ConfigError
+from ..runtime.hardware_data import DATA_FILE, figure as _value, load_hardware_data as load_data
 from ..runtime.settings import get_int
 from ..runtime.profiles import InstanceProfile, get_profile
+from .results import Price
 
-DATA_FILE = Path(__file__).with_name("hardware.json")
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 LINKS = ("chip", "neuronlink", "efa")
 
 _FP8 = {d for d in (getattr(torch, n, None) for n in (
     "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")) if d is not None}
-
-
-@functools.lru_cache(maxsize=1)
-def load_data() -> dict:
-    """The parsed data file (cached: it never changes while a process runs)."""
-    return json.loads(DATA_FILE.read_text(encoding="utf-8"))
 
 
 def tensor_dtype_class(dtype: torch.dtype) -> str:
@@ -70,10 +63,6 @@ class DeviceModel:
         return self.tensor_flops[tensor_dtype_class(dtype)]
 
 
-def _value(figure: dict) -> float | None:
-    return figure["value"]
-
-
 def device_model(instance: str | InstanceProfile | None = None, lnc: int | None = None) -> DeviceModel:
     """The device model of ``instance`` (default: ``TORCHNEURON_INSTANCE``) at ``lnc``
     (default: ``NEURON_LOGICAL_NC_CONFIG``, else the profile's default)."""
@@ -89,10 +78,7 @@ def device_model(instance: str | InstanceProfile | None = None, lnc: int | None 
                           f"(allowed: {', '.join(map(str, profile.allowed_lnc))})")
     target = data["targets"][entry["target"]]
     core, chip = target["per_physical_core"], target["per_chip"]
-    physical = _value(target["physical_cores_per_chip"])
-    if physical != profile.cores_per_chip:
-        raise ConfigError(f"{DATA_FILE.name} says {entry['target']} has {physical} cores per chip, "
-                          f"the {profile.name} profile says {profile.cores_per_chip}")
+    physical = profile.cores_per_chip  # read from the same table (runtime/profiles.py)
     share = lnc / physical  # one logical core's share of a chip
     return DeviceModel(
         instance=profile.name,
@@ -113,23 +99,20 @@ def device_model(instance: str | InstanceProfile | None = None, lnc: int | None 
     )
 
 
-def price(instance: str | None = None, price_per_hour: float | None = None) -> dict:
-    """The hourly price to project with and where it comes from.
+def price(instance: str | InstanceProfile | None = None, price_per_hour: float | None = None) -> Price:
+    """The hourly price to project with and where it comes from: the one price lookup.
 
     A user's ``price_per_hour`` wins; otherwise the newest dated entry of the
     price table (third-party figures: the source says so). ``usd_per_hour``
     is ``None`` when neither exists.
     """
-    name = get_profile(instance).name
+    name = instance.name if isinstance(instance, InstanceProfile) else get_profile(instance).name
     if price_per_hour is not None:
         if price_per_hour < 0:
             raise ValueError(f"price_per_hour={price_per_hour} must be >= 0")
-        return {"usd_per_hour": float(price_per_hour), "source": "given by the user", "date": None,
-                "region": None, "instance": name}
+        return Price(name, float(price_per_hour), "given by the user")
     prices = load_data()["instances"].get(name, {}).get("prices", [])
     if not prices:
-        return {"usd_per_hour": None, "source": f"no price found for {name}; pass a price per hour",
-                "date": None, "region": None, "instance": name}
+        return Price(name, None, f"no price found for {name}; pass a price per hour")
     newest = max(prices, key=lambda p: p["date"])
-    return {"usd_per_hour": newest["usd_per_hour"], "source": newest["source"], "date": newest["date"],
-            "region": newest["region"], "instance": name}
+    return Price(name, newest["usd_per_hour"], newest["source"], newest["date"], newest["region"])

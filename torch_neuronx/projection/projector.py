@@ -1,22 +1,26 @@
 """The projector: per-signature kernel costs combined with call counts into
 projected device seconds, plus compiled graphs, collectives, compilation and cost.
 
+``step``, ``compile`` and ``cost`` return the typed results of ``results.py``; the
+``summary``-style methods return the breakdowns behind them (by op, engine, graph, link).
+
 Every figure it returns is a projection (``"label": "projected"``) of one
 logical NeuronCore of the chosen instance, under the calibration in force.
 """
 from __future__ import annotations
 
+import math
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from .calibration import Calibration, active_calibration
 from .collectives import CollectiveRecord, collective_seconds
+from .compile_time import GraphProgram, project_compile
 from .graph import GraphCost, project_graph
 from .hardware import ENGINES, device_model, price
 from .kernel import KernelCost, ProjectionError, project_call
-
-LABEL = "projected"
+from .results import LABEL, CompileProjection, CostProjection, Price, StepProjection, WindowProjection
 
 
 class Projector:
@@ -160,31 +164,56 @@ class Projector:
         return {"label": LABEL, "seconds": sum(by_link.values()), "by_kind": dict(by_kind),
                 "by_link": dict(by_link), "unprojected": unprojected}
 
-    def compile_summary(self, kernel_compiles: int, seconds_per_kernel: float, graph_compiles: int = 0) -> dict:
-        """First-run compile time (an empty NEFF cache), kept apart from steady state."""
-        if kernel_compiles < 0 or graph_compiles < 0 or seconds_per_kernel < 0:
-            raise ProjectionError("compile counts and seconds must be >= 0")
-        eager = kernel_compiles * seconds_per_kernel
-        graphs = graph_compiles * self.calibration.compile_seconds_per_graph
-        return {"label": LABEL, "first_run_compile_seconds": eager + graphs,
-                "eager_kernel_compiles": kernel_compiles, "eager_compile_seconds": eager,
-                "graph_compiles": graph_compiles, "graph_compile_seconds": graphs,
-                "seconds_per_kernel": seconds_per_kernel,
-                "seconds_per_graph": self.calibration.compile_seconds_per_graph}
+    # --- one step, compilation, cost: the typed results every report displays ------------
+    def step(self, calls: Mapping[str, int] | None = None, graph_runs: Mapping[str, int] | None = None,
+             collectives: Iterable[CollectiveRecord] | Mapping[CollectiveRecord, int] = ()) -> StepProjection:
+        """Device seconds of one step made of ``calls`` (signature key → calls), ``graph_runs``
+        (graph name → executions) and ``collectives``."""
+        return self._step(self.summary(calls or {}), self.graphs_summary(graph_runs or {}),
+                          self.collectives_summary(collectives))
 
-    def cost(self, seconds_per_step: float, steps: int = 1, price_per_hour: float | None = None,
-             compile_seconds: float = 0.0) -> dict:
-        """What ``steps`` steps of ``seconds_per_step`` cost on the instance (whole-instance
-        price, so idle cores are paid for too), plus the first-run compile hours."""
-        if seconds_per_step < 0 or steps < 0 or compile_seconds < 0:
-            raise ProjectionError("seconds, steps and compile seconds must be >= 0")
-        p = price(self.device.instance, price_per_hour)
-        rate = p["usd_per_hour"]
-        run = seconds_per_step * steps
-        usd = (lambda s: s * rate / 3600) if rate is not None else (lambda s: None)
-        return {"label": LABEL, "steps": steps, "seconds_per_step": seconds_per_step, "run_seconds": run,
-                "run_usd": usd(run), "compile_seconds": compile_seconds, "compile_usd": usd(compile_seconds),
-                "total_usd": usd(run + compile_seconds), "price": p}
+    def window(self, calls: Mapping[str, int], graph_runs: Mapping[str, int] | None = None) -> WindowProjection:
+        """A window of work (no collectives): its step figures, the distinct signatures it ran
+        and its eager breakdown by op and engine."""
+        eager = self.summary(calls)
+        step = self._step(eager, self.graphs_summary(graph_runs or {}), self.collectives_summary(()))
+        return WindowProjection(step=step, eager_kernels=sum(1 for n in calls.values() if n > 0),
+                                eager_by_op=eager["by_op"], eager_by_engine=eager["by_engine"])
+
+    def _step(self, eager: dict, graphs: dict, comm: dict) -> StepProjection:
+        compute = eager["device_seconds"] + graphs["device_seconds"]
+        seconds = compute + comm["seconds"]
+        flops = eager["flops"] + graphs["flops"]
+        return StepProjection(seconds=seconds, seconds_full_overlap=max(compute, comm["seconds"]),
+                              compute_seconds=compute, eager_seconds=eager["device_seconds"],
+                              graph_seconds=graphs["device_seconds"], collective_seconds=comm["seconds"],
+                              launch_overhead_seconds=eager["launch_overhead_seconds"]
+                              + graphs["launch_overhead_seconds"],
+                              flops=int(flops), mfu=self.mfu(flops, seconds))
+
+    def compile(self, eager_kernels: int = 0, graphs: Iterable[GraphProgram] = ()) -> CompileProjection:
+        """First-run (empty NEFF cache) compile time of ``eager_kernels`` distinct kernel
+        signatures and of ``graphs`` (the compile model of ``compile_time.py``)."""
+        return project_compile(eager_kernels, graphs)
+
+    def price(self, price_per_hour: float | None = None) -> Price:
+        """The instance's hourly price (a user's ``price_per_hour`` wins)."""
+        return price(self.device.instance, price_per_hour)
+
+    def cost(self, step_seconds: float, steps: int = 1, price_per_hour: float | None = None,
+             compile_seconds: float = 0.0, instances: int = 1) -> CostProjection:
+        """What ``steps`` steps of ``step_seconds`` cost on ``instances`` whole instances
+        (idle cores are paid for too), plus the first-run compile hours."""
+        if step_seconds < 0 or steps < 0 or compile_seconds < 0 or instances < 1:
+            raise ProjectionError("seconds, steps and compile seconds must be >= 0, instances >= 1")
+        if price_per_hour is not None and not (math.isfinite(price_per_hour) and price_per_hour >= 0):
+            raise ProjectionError(f"price_per_hour={price_per_hour} must be a finite number >= 0")
+        p = self.price(price_per_hour)
+        run = step_seconds * steps
+        usd = (lambda s: None) if p.usd_per_hour is None else (lambda s: p.usd(s) * instances)
+        return CostProjection(steps=steps, instances=instances, step_seconds=step_seconds, run_seconds=run,
+                              compile_seconds=compile_seconds, run_usd=usd(run), compile_usd=usd(compile_seconds),
+                              total_usd=usd(run + compile_seconds), price=p)
 
     def describe(self) -> dict:
         d = self.device
@@ -199,23 +228,22 @@ class Projector:
 
     def snapshot(self, calls: Mapping[str, int] | None = None, graph_runs: Mapping[str, int] | None = None,
                  collectives: Iterable[CollectiveRecord] | Mapping[CollectiveRecord, int] = (),
-                 compiles: Mapping | None = None,
+                 eager_kernels: int | None = None, graphs: Iterable[GraphProgram] = (),
                  steps: int | None = None, price_per_hour: float | None = None) -> dict:
-        """One JSON-serialisable projection of a run, for ``metrics()``, the pilot and
-        the benchmarks. ``compiles`` holds ``compile_summary``'s arguments; with
-        ``steps``, the whole of ``calls``/``graph_runs``/``collectives`` is one step."""
+        """One JSON-serialisable projection of a run, for ``metrics()``, the pilot and the
+        benchmarks: the breakdowns (eager by op and engine, graphs, collectives) and the
+        typed ``step``, ``compile`` (with ``eager_kernels``) and ``cost`` (with ``steps``:
+        the whole of ``calls``/``graph_runs``/``collectives`` is one step)."""
         eager = self.summary(calls or {})
-        graphs = self.graphs_summary(graph_runs or {})
+        graph_rows = self.graphs_summary(graph_runs or {})
         comm = self.collectives_summary(collectives)
-        compute = eager["device_seconds"] + graphs["device_seconds"]
-        data = {"label": LABEL, "device": self.describe(), "eager": eager, "graphs": graphs,
-                "collectives": comm,
-                "step_seconds_no_overlap": compute + comm["seconds"],
-                "step_seconds_full_overlap": max(compute, comm["seconds"]),
-                "mfu": self.mfu(eager["flops"] + graphs["flops"], compute + comm["seconds"])}
-        if compiles is not None:
-            data["compile"] = self.compile_summary(**compiles)
+        step = self._step(eager, graph_rows, comm)
+        data = {"label": LABEL, "device": self.describe(), "eager": eager, "graphs": graph_rows,
+                "collectives": comm, "step": step.to_dict()}
+        compile_ = self.compile(eager_kernels, graphs) if eager_kernels is not None else None
+        if compile_ is not None:
+            data["compile"] = compile_.to_dict()
         if steps is not None:
-            data["cost"] = self.cost(data["step_seconds_no_overlap"], steps, price_per_hour,
-                                     data.get("compile", {}).get("first_run_compile_seconds", 0.0))
+            data["cost"] = self.cost(step.seconds, steps, price_per_hour,
+                                     compile_.seconds if compile_ is not None else 0.0).to_dict()
         return data

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..runtime.staged_files import write_text_whole
 from .collectives import CollectiveRecord, collective_seconds
 from .hardware import ENGINES
 from .kernel import ProjectionError
@@ -73,5 +74,5 @@ def chrome_trace(projector, sequence: Iterable) -> dict:
 
 def write_chrome_trace(projector, sequence: Iterable, path: os.PathLike | str) -> Path:
     path = Path(path)
-    path.write_text(json.dumps(chrome_trace(projector, sequence)), encoding="utf-8")
+    write_text_whole(path, json.dumps(chrome_trace(projector, sequence), allow_nan=False))
     return path

@@ -2,8 +2,17 @@
 from __future__ import annotations
 
 
-class ConfigError(ValueError):
+class UserError(ValueError):
+    """Input from the user that cannot be used: reported in one line, never as a traceback,
+    with ``ExitCode.USER_ERROR`` (``runtime/exit_codes.py``). Raise one of its two kinds."""
+
+
+class ConfigError(UserError):
     """An environment variable has a value the runtime cannot use."""
+
+
+class UsageError(UserError):
+    """A command-line mistake: a flag, argument or output path the command cannot use."""
 
 
 def first_line(exc: BaseException, limit: int | None = None) -> str:

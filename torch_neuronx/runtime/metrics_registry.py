@@ -4,7 +4,11 @@ Every figure the package counts is reachable here by name, whatever store it
 lives in: Python counters and timers are created here by the layer that owns
 them (``counter()``, ``timer()``); figures kept elsewhere (the C++ per-op
 counts and host pool, the accounting object) are registered as *sources*,
-callables read on demand. Each entry says in its description whether it is a
+callables read on demand; what is recorded rather than counted (compiled-graph
+records, the collective log, eager lowering records) lives in *record logs*
+(``record_log()``) or registered *stores*. ``clear_counters()`` clears counters,
+sources, logs and stores together, so no figure outlives the records it counts;
+``reset()`` also clears the timers: the one reset. Each entry says in its description whether it is a
 **host measurement** (something this process really did or timed) or an
 **emulated count** (what Trainium would have done). ``torch_neuronx.debug.metrics``
 is the public facade; ``torch_neuronx.metrics()`` is a snapshot built from it.
@@ -99,9 +103,40 @@ class Source:
             self.baseline = {k: v for k, v in self.read().items() if k not in self.gauges}
 
 
+class RecordLog:
+    """A named list of records (e.g. one per compiled graph), cleared with the counters."""
+
+    def __init__(self, name: str, text: str, kind: str):
+        self.name, self.description = name, labelled(text, kind)
+        self._items: list = []
+
+    def append(self, item) -> None:
+        with _lock:
+            self._items.append(item)
+
+    def items(self) -> list:
+        with _lock:
+            return list(self._items)
+
+    def clear(self) -> None:
+        with _lock:
+            self._items.clear()
+
+
+@dataclasses.dataclass
+class Store:
+    """Records kept by another layer (``read()`` returns them; ``reset()`` forgets them)."""
+
+    read: Callable[[], object]
+    reset: Callable[[], None]
+    description: str
+
+
 _counters: dict[str, Counter] = {}
 _timers: dict[str, Timer] = {}
 _sources: dict[str, Source] = {}
+_logs: dict[str, RecordLog] = {}
+_stores: dict[str, Store] = {}
 
 
 def counter(name: str, text: str, kind: str) -> Counter:
@@ -113,6 +148,32 @@ def counter(name: str, text: str, kind: str) -> Counter:
 def timer(name: str, text: str, kind: str) -> Timer:
     with _lock:
         return _timers.setdefault(name, Timer(name, text, kind))
+
+
+def record_log(name: str, text: str, kind: str) -> RecordLog:
+    """The record log ``name``, created on first use."""
+    with _lock:
+        return _logs.setdefault(name, RecordLog(name, text, kind))
+
+
+def register_store(name: str, read: Callable[[], object], reset: Callable[[], None], text: str,
+                   kind: str) -> None:
+    """Add (or replace) the store ``name``: records a layer keeps itself, cleared with the counters."""
+    with _lock:
+        _stores[name] = Store(read, reset, labelled(text, kind))
+
+
+def records(name: str):
+    """The records of log or store ``name`` (a list for a log, what ``read()`` returns for a store)."""
+    if name in _logs:
+        return _logs[name].items()
+    if name in _stores:
+        return _stores[name].read()
+    raise KeyError(f"no record log or store named {name!r}")
+
+
+def record_names() -> list[str]:
+    return sorted([*_logs, *_stores])
 
 
 def register_source(key: str, source: Source) -> None:
@@ -150,6 +211,10 @@ def describe(name: str) -> str:
         return _counters[name].description
     if name in _timers:
         return _timers[name].description
+    if name in _logs:
+        return _logs[name].description
+    if name in _stores:
+        return _stores[name].description
     found = _source_values().get(name)
     if found is None:
         raise KeyError(f"no counter or timer named {name!r}")
@@ -173,15 +238,27 @@ def metric_data(name: str) -> tuple[int, float, list[tuple[float, float]]] | Non
 
 
 def clear_counters() -> None:
+    """Zero every counter and source and forget every record log and store."""
     for c in list(_counters.values()):
         c.clear()
     for s in list(_sources.values()):
         s.clear()
+    for log in list(_logs.values()):
+        log.clear()
+    for store in list(_stores.values()):
+        store.reset()
 
 
 def clear_metrics() -> None:
+    """Forget every timer's samples."""
     for t in list(_timers.values()):
         t.clear()
+
+
+def reset() -> None:
+    """The one reset: counters, sources, record logs, stores and timers."""
+    clear_counters()
+    clear_metrics()
 
 
 def report() -> str:

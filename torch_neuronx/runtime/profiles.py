@@ -1,10 +1,11 @@
 """Trainium instance profiles and the logical-core topology of a process.
 
 A profile is the hardware a job would run on: chips, physical NeuronCores per
-chip, HBM per chip and the default logical-core configuration (LNC). Prices
-and performance figures live in ``projection/hardware.json`` (dated, with
-sources; ``projection.price``). Figures marked ``confirmed=False`` are widely reported but
-not stated in the AWS documentation we could read; they are shown as such.
+chip, HBM per chip and the default logical-core configuration (LNC). Every one
+of these figures, like the prices and performance figures, is read from the one
+hardware table ``projection/hardware.json`` (with its source; ``hardware_data``).
+Profiles marked ``confirmed=False`` are widely reported but not stated in the AWS
+documentation we could read; they are shown as such.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import os
 
 from . import settings
 from .errors import ConfigError
+from .hardware_data import figure, load_hardware_data
 
 GiB = 1024**3
 
@@ -35,16 +37,19 @@ class InstanceProfile:
         return self.hbm_per_chip * lnc // self.cores_per_chip
 
 
-PROFILES: dict[str, InstanceProfile] = {
-    p.name: p
-    for p in (
-        InstanceProfile("trn1.2xlarge", "trn1", 1, 2, 32 * GiB, 1, (1,), True),
-        InstanceProfile("trn1.32xlarge", "trn1", 16, 2, 32 * GiB, 1, (1,), True),
-        InstanceProfile("trn2.3xlarge", "trn2", 1, 8, 96 * GiB, 2, (1, 2), False),
-        InstanceProfile("trn2.48xlarge", "trn2", 16, 8, 96 * GiB, 2, (1, 2), True),
-        InstanceProfile("trn3", "trn3", 1, 8, 144 * GiB, 2, (1, 2), False),  # one chip; sizes unconfirmed
-    )
-}
+def _profiles() -> dict[str, InstanceProfile]:
+    data = load_hardware_data()
+    out = {}
+    for name, entry in data["instances"].items():
+        target = data["targets"][entry["target"]]
+        out[name] = InstanceProfile(name, entry["target"], figure(entry["chips"]),
+                                    figure(target["physical_cores_per_chip"]),
+                                    figure(target["per_chip"]["hbm_capacity_bytes"]), entry["default_lnc"],
+                                    tuple(entry["allowed_lnc"]), entry["confirmed"])
+    return out
+
+
+PROFILES: dict[str, InstanceProfile] = _profiles()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,12 +69,14 @@ class Topology:
 
 
 def get_profile(name: str | None = None) -> InstanceProfile:
+    """The profile called ``name``, else ``TORCHNEURON_INSTANCE``'s; the error names whichever was used."""
+    given = f"instance {name!r}" if name else None
     name = name or settings.get_str("TORCHNEURON_INSTANCE")
     try:
         return PROFILES[name]
     except KeyError:
         raise ConfigError(
-            f"TORCHNEURON_INSTANCE={name!r} is not a known instance profile; "
+            f"{given or f'TORCHNEURON_INSTANCE={name!r}'} is not a known instance profile; "
             f"choose one of {', '.join(PROFILES)}"
         ) from None
 

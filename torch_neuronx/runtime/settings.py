@@ -139,9 +139,10 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        "product", "fidelity/accounting.py"),
     _S("TORCHNEURON_KERNEL_ACCOUNTING", "flag", True,
        "`0` turns per-signature accounting and op tracking off", "ours", "fidelity/accounting.py"),
-    _S("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL", "float", 2.0,
-       "per-kernel compile cost behind the **estimated** compile time", "ours", "fidelity/accounting.py",
-       minimum=0),
+    _S("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL", "float", None,
+       "overrides the **projected** neuronx-cc start-up per compiled program (eager kernel or graph)", "ours",
+       "projection/compile_time.py", minimum=0,
+       default_text="`projection/hardware.json` `compile_time.seconds_per_program` (2.0)"),
     _S("TORCHNEURON_HOST_OPS", "list", None, "comma-separated ops reported as host (CPU) fallbacks", "ours",
        "fidelity/host_ops.py", default_text="linalg decompositions"),
     _S("TORCHNEURON_64BIT", "choice", "narrow",
@@ -187,7 +188,9 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
     _S("TORCHNEURON_PROJECTION_CALIBRATION", "str", None,
        "a calibration JSON (efficiency factors, launch overheads, link latencies, per-op overrides) "
        "replacing the defaults of the **projected** device time "
-       "([projection](projection.md#calibrating-from-one-measured-run))", "ours",
+       "([projection](projection.md#calibrating-from-one-measured-run)); read when the projection is "
+       "first used (`metrics()`, `torchneuron info`, `plan`), never at `import torch`: a missing or "
+       "corrupt file, or an out-of-range, NaN or infinite figure, is one line naming this variable", "ours",
        "projection/calibration.py", default_text="unset"),
     # --- NKI ---------------------------------------------------------------------
     _S("NEURON_PLATFORM_TARGET_OVERRIDE", "str", None,

@@ -49,7 +49,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 namespace {
 
-// The foreach ops of notes §2 (TR torch_neuronx/python_ops/torch_mlir/ops/
+// The foreach ops the real product registers (TR torch_neuronx/python_ops/torch_mlir/ops/
 // foreach_ops.py): _foreach_{add,sub,mul,div} in every overload and
 // _foreach_norm.Scalar are one Neuron kernel over the whole list, except the
 // in-place .ScalarList forms, which loop over the tensors (one kernel per

@@ -1,7 +1,7 @@
 // Forked children: what the real product does, and what the emulator keeps.
 //
 // The real product registers an os.register_at_fork hook (TR
-// torch_neuronx/__init__.py:134-173, notes §9): a child forked after the
+// torch_neuronx/__init__.py:134-173; message at :149-154): a child forked after the
 // runtime was initialised from Python (torch.neuron.init(),
 // get_device_properties(), init_process_group("neuron")) is "in a bad fork",
 // torch.neuron._is_in_bad_fork() is true (so torch.manual_seed skips the

@@ -14,9 +14,12 @@ import json
 import math
 from typing import Any
 
+from ...runtime.exit_codes import ExitCode
+
 SCHEMA_NAME = "torchneuron-pilot-report"
-SCHEMA_VERSION = "1.2"  # 1.1: status/kind "interrupted", kind "bad_tokenizer", inputs.tokenizer_note;
-# 1.2: projected figures (performance, cost.projected), environment.instance.price
+SCHEMA_VERSION = "1.3"  # 1.1: status/kind "interrupted", kind "bad_tokenizer", inputs.tokenizer_note;
+# 1.2: projected figures (performance, cost.projected), environment.instance.price;
+# 1.3: error_band / ttft_error_band {relative, basis} beside every projected figure
 
 # The procedure order; also the order of the HTML sections.
 STEP_ORDER = ("inputs", "numerics", "quality", "finetune", "checkpoint", "compilation", "performance", "cost")
@@ -101,7 +104,7 @@ class Report:
     config: dict
     steps: dict[str, StepSection]
     status: str = "error"
-    exit_code: int = 3
+    exit_code: int = ExitCode.INTERNAL_ERROR
     error: ReportError | None = None
     model: dict | None = None
     duration_seconds: float = 0.0

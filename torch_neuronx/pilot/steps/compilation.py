@@ -42,6 +42,7 @@ def run(result: CompilationResult, mode: str, dev_model, device: torch.device, b
     data["shapes"] = shapes
     compiler.reset_dynamo()
     lowering = data["lowering"] = _empty_lowering() if _lowers_eager(mode, device) else None
+    signatures: set[str] = set()  # distinct kernel signatures of the cold calls (shared shapes once)
     for length, rows in sorted(batches.items()):
         ids = torch.tensor(rows, device=device)
         entry = {}
@@ -54,6 +55,8 @@ def run(result: CompilationResult, mode: str, dev_model, device: torch.device, b
                 dev_model(input_ids=ids, use_cache=False)
             sync()
             fid = compiler.fidelity_metrics(device)
+            if phase == "cold":
+                signatures |= compiler.signature_keys(device)
             if lowering is not None and phase == "cold":
                 _merge_lowering(lowering, fid.get("lowering"))
             entry[phase] = {
@@ -62,7 +65,6 @@ def run(result: CompilationResult, mode: str, dev_model, device: torch.device, b
                 "kernel_compilations": fid["kernels"]["misses"] if fid["available"] else None,
                 "kernel_signatures": fid["kernels"]["unique_signatures"] if fid["available"] else None,
                 "kernel_disk_hits": fid["kernels"]["disk_hits"] if fid["available"] else None,
-                "estimated_compile_seconds": fid.get("estimated_compile_seconds"),
             }
             advance()
         shapes[str(length)] = entry
@@ -74,6 +76,7 @@ def run(result: CompilationResult, mode: str, dev_model, device: torch.device, b
                             f"new {what} on the second call of the same shape"))
     data["fidelity"] = compiler.fidelity_metrics(device)
     data["dynamo"] = compiler.dynamo_metrics() if mode == "compile" else None
+    data["projected_compile"] = compiler.projected_compile(device, len(signatures), data["dynamo"])
     return checks + _lowering_checks(lowering)
 
 
@@ -172,13 +175,15 @@ def html(data: dict) -> str:
         fresh = data.get("fresh_process", {}).get(mode, {}).get("first_call_seconds", {})
         rows = [[e(length), num(s["cold"]["seconds"], "{:.3f}"), num(s["warm"]["seconds"], "{:.4f}"),
                  num(fresh.get(length), "{:.3f}"), num(s["cold"]["kernel_compilations"]),
-                 num(s["cold"]["kernel_disk_hits"]), num(s["cold"]["estimated_compile_seconds"], "{:.1f}"),
-                 num(s["cold"]["new_graphs"])]
+                 num(s["cold"]["kernel_disk_hits"]), num(s["cold"]["new_graphs"])]
                 for length, s in entry.get("shapes", {}).items()]
         out.append(f"<h3>{e(mode)}" + (f" (backend {e(entry['backend'])})" if entry.get("backend") else "") + "</h3>")
         out.append(table(["seq len", "cold first call s", "steady call s", "fresh process first call s",
-                          "kernel compilations (eager)", "NEFF cache disk hits", "estimated neuronx-cc s",
-                          "new graphs (compile)"], rows))
+                          "kernel compilations (eager)", "NEFF cache disk hits", "new graphs (compile)"], rows))
+        projected = entry.get("projected_compile")
+        if projected:
+            out.append(f"<p><b>projected first-run neuronx-cc time ({e(mode)})</b>: "
+                       f"{num(projected['seconds'], '{:.1f}')} s — {e(projected['basis'])}</p>")
         dyn = (entry.get("dynamo") or {}).get("neuron_backend") or {}
         if dyn.get("available"):
             out.append(table(["graphs", "recompilations", "graph breaks", "compile s", "execution s",
@@ -195,8 +200,8 @@ def html(data: dict) -> str:
         if fid.get("available") is False:
             out.append(f"<p class='muted'>per-shape compilation accounting: not available — {e(fid.get('reason'))}</p>")
     out.append("<p class='muted'>On the emulator a first call costs little more than a steady one, because "
-               "kernels are not really compiled; the projected Trainium compile time is the estimate column "
-               "(fidelity layer: misses × an assumed per-kernel neuronx-cc time). In compile mode the graph "
-               "compiler really runs, so its cold calls are real compile time.</p>")
+               "kernels are not really compiled; the projected Trainium compile time is the one figure per mode "
+               "above (docs/projection.md). In compile mode the graph compiler really runs, so its cold calls "
+               "are real host compile time.</p>")
     out.append(img(plots.compile_vs_run(data.get("modes", {})), "compile vs run time"))
     return "".join(out)

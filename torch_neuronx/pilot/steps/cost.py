@@ -3,21 +3,21 @@
 Two bases side by side. *Host*: the measured seconds, which on the emulated
 device are host-CPU time, not Trainium time (the report says so next to every
 figure). *Projected*: the device model's seconds for the same jobs on the
-chosen instance (docs/projection.md), plus the first-run compile hours. The
-price is the dated entry of the projection's price table (source, date,
-region), or ``--price-per-hour``. The compile overhead uses the fidelity
-layer's *estimated* neuronx-cc seconds, since the emulator's compile is not
-Trainium's compiler.
+chosen instance, with one first-run compile figure per mode (docs/projection.md).
+Every projected second and dollar here is displayed from the projection's typed
+results (``Projector.cost``, ``Projector.compile``), never recomputed; the price
+is the projection's ``Price`` (dated table entry or ``--price-per-hour``), whose
+``usd()`` is the one hours→seconds conversion.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from ...projection import price as price_table
+from ...projection import LABEL, Price, price as price_table
 from ..report.markup import e, num, table
 from .compilation import CompilationResult
 from .finetune import FinetuneResult
-from .performance import PerformanceResult
+from .performance import COMPILE_TIME_BASIS, PerformanceResult, band_note, band_notes, band_text
 
 TITLE = "Cost"
 
@@ -28,7 +28,7 @@ class CostResult:
     price_source: str
     time_basis: str
     generation: dict[str, dict]  # mode -> {job, seconds, generated_tokens, cost_usd, cost_per_million_tokens_usd}
-    compile_overhead: dict
+    compile_overhead: dict  # measured cold-call overhead (host) and the projected compile of each mode
     finetune: dict | None = None
     projected: dict | None = None  # the same jobs at projected Trainium seconds
 
@@ -43,16 +43,16 @@ class CostResult:
         return data
 
 
-def price_for(device_type: str, user_price: float | None, instance: str | None) -> tuple[float | None, str]:
+def price_for(device_type: str, user_price: float | None, instance: str | None) -> Price:
     """The hourly price to use and where it comes from (the projection's dated price table)."""
     if user_price is not None:
-        return user_price, "--price-per-hour"
+        return Price(instance or f"{device_type} machine", float(user_price), "--price-per-hour")
     if device_type != "neuron":
-        return None, f"no price for a {device_type} machine; pass --price-per-hour"
+        return Price(f"{device_type} machine", None, f"no price for a {device_type} machine; pass --price-per-hour")
     p = price_table(instance)
-    if p["usd_per_hour"] is None:
-        return None, f"{p['source']} (--price-per-hour)"
-    return p["usd_per_hour"], f"{p['instance']} on-demand, {p['region']}, {p['date']}: {p['source']}"
+    if p.usd_per_hour is None:
+        return dataclasses.replace(p, source=f"{p.source} (--price-per-hour)")
+    return dataclasses.replace(p, source=f"{p.instance} on-demand, {p.region}, {p.date}: {p.source}")
 
 
 def time_basis(device_type: str, emulated: bool) -> str:
@@ -62,80 +62,77 @@ def time_basis(device_type: str, emulated: bool) -> str:
     return f"measured on {device_type}"
 
 
-def _request(shape: dict, gen_tokens: int, per_hour) -> dict:
-    """One greedy request of ``shape`` (p50 latencies): seconds, tokens and what they cost."""
-    seconds = shape["ttft_seconds"]["p50"] + (gen_tokens - 1) * (shape["per_token_seconds"]["p50"] or 0.0)
-    tokens = shape["batch_size"] * gen_tokens
-    cost = per_hour(seconds)
-    return {"seconds": seconds, "generated_tokens": tokens, "cost_usd": cost,
-            "cost_per_million_tokens_usd": cost * 1e6 / tokens if cost is not None else None}
+def _largest_shape(measured: dict) -> tuple[str, dict]:
+    longest = max(measured["shapes"], key=int)
+    return longest, measured["shapes"][longest]
 
 
-def _projected(gen_tokens: int, performance: PerformanceResult, finetune: FinetuneResult | None,
-               seconds_per_kernel: float | None, per_hour) -> dict | None:
-    """The same jobs at projected device seconds; a training run includes its first-run
-    compile: every kernel signature of its steps compiled once (an empty NEFF cache)."""
+def _per_token(usd: float | None, tokens: int) -> float | None:
+    return usd * 1e6 / tokens if usd is not None else None
+
+
+def _projected(gen_tokens: int, performance: PerformanceResult, projector, user_price: float | None) -> dict | None:
+    """The same jobs at projected device seconds: a request is the projected sum of its own
+    prefill and decode windows; the fine-tune run comes priced, with its compile, from the
+    performance step."""
     jobs = {}
     for mode, measured in performance.generation.items():
-        longest = max(measured["shapes"], key=int)
-        shape = measured["shapes"][longest]
-        if "projected" in shape:
-            jobs[mode] = _request({**shape["projected"], "batch_size": shape["batch_size"]}, gen_tokens, per_hour)
+        _, shape = _largest_shape(measured)
+        if "projected" in shape and projector is not None:
+            run = projector.cost(shape["projected"]["request_seconds"]["p50"], 1, user_price)
+            tokens = shape["batch_size"] * gen_tokens
+            jobs[mode] = {"seconds": run.run_seconds, "generated_tokens": tokens, "cost_usd": run.run_usd,
+                          "cost_per_million_tokens_usd": _per_token(run.run_usd, tokens),
+                          "error_band": shape["projected"]["error_band"]}  # a request is mostly decode
     training = performance.projected_training
     if not jobs and training is None:
         return None
-    data = {"label": "projected", "generation": jobs}
-    if training is not None and finetune is not None:
-        steps = len(finetune.device_step_seconds)
-        run_seconds = training["seconds_per_step"] * steps
-        compile_s = training["kernel_signatures"] * (seconds_per_kernel or 0.0)
-        data["training_run"] = {
-            "job": f"{steps} fine-tune steps, first run (empty NEFF cache: compile included)",
-            "steps": steps, "seconds": run_seconds, "compile_seconds": compile_s,
-            "cost_usd": per_hour(run_seconds), "compile_cost_usd": per_hour(compile_s),
-            "total_cost_usd": per_hour(run_seconds + compile_s)}
+    data = {"label": LABEL, "generation": jobs}
+    if training is not None:
+        data["training_run"] = {"job": f"{training['cost']['steps']} fine-tune steps, first run "
+                                       "(empty NEFF cache: compile included)", **training["cost"],
+                                "compile_basis": training["compile"]["basis"]}
     return data
 
 
-def run(price: float | None, source: str, basis: str, gen_tokens: int, device_type: str,
+def _projected_compiles(compilation: CompilationResult, projector, user_price: float | None) -> dict:
+    """Per mode: the projected first-run compile (projection's one model) and what it costs."""
+    out = {}
+    for mode, entry in compilation.modes.items():
+        c = entry.get("projected_compile")
+        if c is None or projector is None:
+            continue
+        priced = projector.cost(0.0, 0, user_price, c["seconds"])
+        out[mode] = {"seconds": c["seconds"], "cost_usd": priced.compile_usd, "basis": c["basis"],
+                     "error_band": {"relative": None, "basis": COMPILE_TIME_BASIS}}
+    return out
+
+
+def run(price: Price, basis: str, gen_tokens: int, device_type: str,
         compilation: CompilationResult, performance: PerformanceResult,
-        finetune: FinetuneResult | None) -> CostResult:
+        finetune: FinetuneResult | None, projector=None, user_price: float | None = None) -> CostResult:
     """Per mode one generation request of the largest known shape; the fine-tune; the compile
-    overhead; and the same jobs at projected Trainium seconds when they were projected."""
-    per_hour = (lambda s: s * price / 3600) if price is not None else (lambda s: None)
+    overhead; and, with a ``projector`` (neuron), the same jobs at projected Trainium seconds."""
     jobs = {}
     for mode, measured in performance.generation.items():
-        longest = max(measured["shapes"], key=int)
-        shape = measured["shapes"][longest]
+        longest, shape = _largest_shape(measured)
+        seconds = shape["ttft_seconds"]["p50"] + (gen_tokens - 1) * (shape["per_token_seconds"]["p50"] or 0.0)
+        tokens = shape["batch_size"] * gen_tokens
         jobs[mode] = {"job": f"one greedy request: batch {shape['batch_size']} × {longest} prompt tokens, "
                              f"{gen_tokens} new tokens each (p50 latencies)",
-                      **_request(shape, gen_tokens, per_hour)}
+                      "seconds": seconds, "generated_tokens": tokens, "cost_usd": price.usd(seconds),
+                      "cost_per_million_tokens_usd": _per_token(price.usd(seconds), tokens)}
     ft = None
     if finetune is not None:
         seconds = sum(finetune.device_step_seconds)
         ft = {"job": f"{len(finetune.device_step_seconds)} fine-tune steps", "seconds": seconds,
-              "cost_usd": per_hour(seconds)}
-    eager_shapes = compilation.modes.get("eager", {}).get("shapes", {})
-    # the fidelity layer's projected neuronx-cc time exists only for the neuron device's eager mode
-    estimate = (sum(s["cold"]["estimated_compile_seconds"] or 0.0 for s in eager_shapes.values())
-                if eager_shapes and device_type == "neuron" else None)
-    per_kernel = (compilation.modes.get("eager", {}).get("fidelity") or {}).get("compile_seconds_per_kernel_estimate")
-    # what a first run with an empty NEFF cache would pay: every kernel signature of the
-    # cold calls compiled (an upper bound: a signature shared by two shapes counts twice)
-    empty_cache = (sum(s["cold"]["kernel_signatures"] or 0 for s in eager_shapes.values()) * per_kernel
-                   if estimate is not None and per_kernel else None)
+              "cost_usd": price.usd(seconds)}
     cold = sum(s["cold"]["seconds"] - s["warm"]["seconds"]
                for m in compilation.modes.values() for s in m.get("shapes", {}).values())
-    overhead = {
-        "measured_cold_seconds": cold,
-        "measured_cold_cost_usd": per_hour(cold),
-        "estimated_neuronx_cc_seconds": estimate,
-        "estimated_neuronx_cc_cost_usd": per_hour(estimate) if estimate is not None else None,
-        "estimated_empty_cache_seconds": empty_cache,
-        "estimated_empty_cache_cost_usd": per_hour(empty_cache) if empty_cache is not None else None,
-    }
-    projected = _projected(gen_tokens, performance, finetune, per_kernel, per_hour)
-    return CostResult(price, source, basis, jobs, overhead, ft, projected)
+    overhead = {"measured_cold_seconds": cold, "measured_cold_cost_usd": price.usd(cold),
+                "projected_first_run": _projected_compiles(compilation, projector, user_price)}
+    projected = _projected(gen_tokens, performance, projector, user_price)
+    return CostResult(price.usd_per_hour, price.source, basis, jobs, overhead, ft, projected)
 
 
 def status(r: CostResult) -> str | None:
@@ -151,7 +148,8 @@ def summary(r: CostResult) -> str:
     if not projected:
         return host
     return host + "; projected: " + "; ".join(
-        f"{m}: ${j['cost_per_million_tokens_usd']:.4f} per 1M generated tokens" for m, j in projected.items())
+        f"{m}: ${j['cost_per_million_tokens_usd']:.4f} per 1M generated tokens ({band_text(j['error_band'])})"
+        for m, j in projected.items())
 
 
 def html(data: dict) -> str:
@@ -168,14 +166,12 @@ def html(data: dict) -> str:
         out.append(table(["job", "seconds", "cost"], [[e(ft["job"]), num(ft["seconds"], "{:.3f}"),
                                                        num(ft["cost_usd"], "${:.8f}")]]))
     co = data["compile_overhead"]
-    out.append(table(["compile overhead", "seconds", "cost"], [
-        ["measured cold-call overhead (this run)", num(co.get("measured_cold_seconds"), "{:.2f}"),
-         num(co.get("measured_cold_cost_usd"), "${:.8f}")],
-        ["projected neuronx-cc time, this run's cache misses (fidelity estimate)",
-         num(co.get("estimated_neuronx_cc_seconds"), "{:.1f}"), num(co.get("estimated_neuronx_cc_cost_usd"), "${:.8f}")],
-        ["projected neuronx-cc time with an empty NEFF cache (upper bound)",
-         num(co.get("estimated_empty_cache_seconds"), "{:.1f}"),
-         num(co.get("estimated_empty_cache_cost_usd"), "${:.8f}")]]))
+    rows = [["measured cold-call overhead (this run, host)", num(co.get("measured_cold_seconds"), "{:.2f}"),
+             num(co.get("measured_cold_cost_usd"), "${:.8f}"), "host measurement"]]
+    rows += [[f"projected first-run neuronx-cc time, {e(mode)}", num(c["seconds"], "{:.1f}"),
+              num(c["cost_usd"], "${:.8f}"), e(f"{c['basis']}; {band_note(c['error_band'])}")]
+             for mode, c in co.get("projected_first_run", {}).items()]
+    out.append(table(["compile overhead", "seconds", "cost", "basis"], rows))
     out.append(_projected_html(data.get("projected")))
     return "".join(out)
 
@@ -185,14 +181,18 @@ def _projected_html(projected: dict | None) -> str:
         return ""
     out = ["<h3>Projected on Trainium</h3>"]
     rows = [[e(mode), num(j["seconds"], "{:.6f}"), num(j["cost_usd"], "${:.10f}"),
-             num(j["cost_per_million_tokens_usd"], "${:.4f}")] for mode, j in projected["generation"].items()]
+             num(j["cost_per_million_tokens_usd"], "${:.4f}"), e(band_text(j["error_band"]))]
+            for mode, j in projected["generation"].items()]
     if rows:
         out.append(table(["mode", "projected seconds per request", "projected cost per request",
-                          "projected per 1M generated tokens"], rows))
+                          "projected per 1M generated tokens", "error band"], rows))
     t = projected.get("training_run")
     if t:
         out.append(table(["job", "projected run seconds", "projected first-run compile seconds",
-                          "projected cost (run + compile)"],
-                         [[e(t["job"]), num(t["seconds"], "{:.4f}"), num(t["compile_seconds"], "{:.1f}"),
-                           num(t["total_cost_usd"], "${:.6f}")]]))
+                          "projected cost (run + compile)", "error band"],
+                         [[e(t["job"]), num(t["run_seconds"], "{:.4f}"), num(t["compile_seconds"], "{:.1f}"),
+                           num(t["total_usd"], "${:.6f}"), e(band_text(t["error_band"]))]]))
+        out.append(f"<p class='muted'>compile basis: {e(t['compile_basis'])}</p>")
+    out.append(band_notes([j["error_band"] for j in projected["generation"].values()]
+                          + ([t["error_band"]] if t else [])))
     return "".join(out)

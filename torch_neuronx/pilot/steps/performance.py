@@ -2,13 +2,17 @@
 
 Measured figures are host times (``host``); on the ``neuron`` device the same
 requests and fine-tune steps are also projected onto the chosen Trainium
-instance (``projected``, docs/projection.md) and shown beside them.
+instance (``projected``, docs/projection.md) and shown beside them. Every
+projected figure carries its error band as the plan's do: the leave-one-out
+error against AWS's published results for compiled graphs, and for eager
+work (which AWS publishes nothing about) a band of ``None`` that says why.
 """
 from __future__ import annotations
 
 import dataclasses
 
 from .. import perf
+from ...projection import LABEL, error_band as published_band
 from ..report import plots
 from ..report.markup import e, img, num, table
 
@@ -30,18 +34,56 @@ class PerformanceResult:
         return data
 
 
+EAGER_BASIS = ("eager execution: AWS publishes no eager Trainium result to hold the projection against "
+               "(the band is measured on compiled graphs)")
+COMPILE_TIME_BASIS = "AWS publishes no first-run compile times to hold the compile model against"
+
+
+def error_band(figure: str, mode: str) -> dict:
+    """The band of a projected figure derived from ``figure`` (``step_seconds``, ``ttft_seconds``,
+    ``tpot_seconds``) when the work ran in ``mode``: the published leave-one-out band for
+    compiled graphs (``projection.error_band``), none for eager work."""
+    if mode != "compile":
+        return {"relative": None, "basis": EAGER_BASIS}
+    band = published_band(figure)
+    return {"relative": band.fraction, "basis": band.text()}
+
+
+def band_text(band: dict) -> str:
+    """``±13 %`` or ``no band``: the short form printed next to a projected figure."""
+    return "no band" if band["relative"] is None else f"±{band['relative']:.0%}"
+
+
 def run(result: PerformanceResult, mode: str, dev_model, batches: dict, gen_tokens: int, iters: int, device,
         advance) -> None:
-    result.generation[mode] = perf.measure_generation(dev_model, batches, gen_tokens, iters, device, advance)
+    result.generation[mode] = add_bands(perf.measure_generation(dev_model, batches, gen_tokens, iters, device,
+                                                                advance), mode)
 
 
-def project_training(window: dict, steps: int, rows: int) -> dict | None:
-    """Projected fine-tune figures from the projection of ``steps`` device steps of ``rows`` samples."""
-    if not steps or not window["seconds"]:
+def add_bands(generation: dict, mode: str) -> dict:
+    """``generation`` (``perf.measure_generation()`` of ``mode``) with the bands beside its projected
+    figures: TTFT and prefill throughput carry the prefill graph's (``ttft_error_band``), the
+    rest (per token, whole request, decode throughput, MFU) the decode graph's (``error_band``)."""
+    for projected in [s["projected"] for s in generation["shapes"].values() if "projected" in s] + (
+            [generation["projected"]] if "projected" in generation else []):
+        projected.update(ttft_error_band=error_band("ttft_seconds", mode), error_band=error_band("tpot_seconds", mode))
+    return generation
+
+
+def project_training(window, steps: int, rows: int, projector, price_per_hour: float | None = None) -> dict | None:
+    """Projected fine-tune figures from ``window`` (a ``WindowProjection`` of ``steps`` eager
+    device steps of ``rows`` samples): its first-run compile (every kernel signature it ran,
+    empty NEFF cache) and the run's cost, both from ``projector``, each with its band."""
+    seconds = window.step.seconds
+    if not steps or not seconds:
         return None
-    return {"label": window["label"], "seconds_per_step": window["seconds"] / steps,
-            "samples_per_second": rows * steps / window["seconds"], "mfu": window["mfu"],
-            "kernel_signatures": sum(r["signatures"] for r in window["eager_by_op"].values())}
+    compile_ = projector.compile(eager_kernels=window.eager_kernels, graphs=())
+    run = projector.cost(seconds / steps, steps, price_per_hour, compile_.seconds)
+    return {"label": LABEL, "seconds_per_step": run.step_seconds, "samples_per_second": rows * steps / seconds,
+            "mfu": window.step.mfu, "kernel_signatures": window.eager_kernels,
+            "error_band": error_band("step_seconds", "eager"),  # the pilot fine-tunes eagerly
+            "compile": {**compile_.to_dict(), "error_band": {"relative": None, "basis": COMPILE_TIME_BASIS}},
+            "cost": {**run.to_dict(), "error_band": error_band("step_seconds", "eager")}}
 
 
 def status(r: PerformanceResult) -> str | None:
@@ -52,8 +94,8 @@ def summary(r: PerformanceResult) -> str:
     parts = [f"{m}: TTFT p50 {g['ttft_seconds']['p50'] * 1e3:.1f} ms"
              + (f", per token p50 {g['per_token_seconds']['p50'] * 1e3:.1f} ms"
                 if g["per_token_seconds"]["p50"] is not None else "")
-             + (f" (host); projected TTFT p50 {g['projected']['ttft_seconds']['p50'] * 1e3:.3f} ms"
-                if "projected" in g else "")
+             + (f" (host); projected TTFT p50 {g['projected']['ttft_seconds']['p50'] * 1e3:.3f} ms "
+                f"({band_text(g['projected']['ttft_error_band'])})" if "projected" in g else "")
              for m, g in r.generation.items()]
     return "; ".join(parts) or "no mode ran"
 
@@ -98,24 +140,41 @@ def _projected_html(data: dict) -> str:
                     s["ttft_seconds"]["p50"], p["ttft_seconds"]["p50"], s["per_token_seconds"]["p50"],
                     p["per_token_seconds"]["p50"])] + [num(s["decode_tokens_per_second"], "{:.0f}"),
                                                        num(p["decode_tokens_per_second"], "{:.0f}"),
-                                                       num(p["mfu"], "{:.2%}")])
+                                                       num(p["mfu"], "{:.2%}"),
+                                                       e(f"TTFT {band_text(p['ttft_error_band'])}, "
+                                                         f"rest {band_text(p['error_band'])}")])
     training = data.get("projected_training")
     if not rows and not training:
         return ""
     out = ['<h3>Projected on Trainium</h3><p class="banner">Projected figures come from the device model '
-           "(docs/projection.md): one logical NeuronCore, documented efficiency factors; host figures are "
-           "measured on the host CPU.</p>"]
+           "(docs/projection.md): one logical NeuronCore, factors fitted on AWS's published Trainium results; "
+           "host figures are measured on the host CPU.</p>"]
     if rows:
         out.append(table(["mode", "seq len", "host TTFT p50 ms", "projected TTFT p50 ms", "host per-token p50 ms",
                           "projected per-token p50 ms", "host decode tok/s", "projected decode tok/s",
-                          "projected MFU"], rows))
+                          "projected MFU", "error band"], rows))
     if training:
-        out.append(table(["fine-tune", "host", "projected"], [
+        out.append(table(["fine-tune", "host", "projected", "error band"], [
             ["samples/s", num(data.get("train_samples_per_second"), "{:.2f}"),
-             num(training["samples_per_second"], "{:.1f}")],
-            ["MFU", "", num(training["mfu"], "{:.2%}")]]))
+             num(training["samples_per_second"], "{:.1f}"), e(band_text(training["error_band"]))],
+            ["MFU", "", num(training["mfu"], "{:.2%}"), e(band_text(training["error_band"]))]]))
+    out.append(band_notes([b for g in data.get("generation", {}).values() for s in g["shapes"].values()
+                            if "projected" in s for b in (s["projected"]["ttft_error_band"],
+                                                          s["projected"]["error_band"])]
+                           + ([training["error_band"]] if training else [])))
     out.append(img(plots.projected_vs_host(data), "projected vs host"))
     projection = data.get("projection") or {}
     out.append(img(plots.projected_by_op(projection.get("eager", {}).get("by_op", {})),
                    "projected time per op"))
     return "".join(out)
+
+
+def band_note(band: dict) -> str:
+    """Where a ± comes from (its basis says it), or why there is none."""
+    return band["basis"] if band["relative"] is not None else f"no band: {band['basis']}"
+
+
+def band_notes(bands: list[dict]) -> str:
+    """One line per distinct band."""
+    notes = dict.fromkeys(band_note(b) for b in bands)
+    return "".join(f"<p class='muted'>{e(n)}</p>" for n in notes)

@@ -46,7 +46,7 @@ struct FallbackCall {
 // An op with neither a neuron kernel nor a CPU kernel (CUDA-only ops such as
 // _thnn_fused_gru_cell or _flash_attention_forward) cannot run. Raise the
 // real product's NotImplementedError ("Operation <op> is not implemented for
-// Neuron. Args: [...]", TR python_ops/base.py:809-818, notes §9) before any
+// Neuron. Args: [...]", TR python_ops/base.py:809-818) before any
 // argument is touched, so nothing is written, counted or tracked.
 void check_implemented(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   if (op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) {

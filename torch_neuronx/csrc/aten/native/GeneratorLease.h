@@ -1,8 +1,9 @@
 // An explicit neuron generator, lent to a CPU kernel for one call.
 //
 // Random ops on neuron draw from the CPU default generator, as on the real
-// product (notes §8: randn/rand/normal_/bernoulli_ and dropout fall back to
-// CPU and consume the CPU stream): a call without a generator runs its CPU
+// product (randn/rand/normal_/bernoulli_ and dropout fall back to CPU and consume
+// the CPU stream: TR tests/device/test_rng_state.py:85-104,
+// python_ops/torch_mlir/ops/dropout.py:30-34): a call without a generator runs its CPU
 // kernel unchanged. A generator the caller passes explicitly
 // (torch.Generator(device="neuron")) is honoured: CPU kernels accept only
 // CPU generators, so the lease locks the neuron generator (a CPU mt19937

@@ -13,8 +13,8 @@
 namespace torch_neuronx::native {
 namespace {
 
-// The real product's message first (TR python_ops/cast_policy.py:38-51,
-// notes §9), then what to do about it.
+// The real product's message first (TR python_ops/cast_policy.py:38-51), then
+// what to do about it.
 void check_memory_format(const char* op, std::optional<c10::MemoryFormat> format) {
   const auto f = format.value_or(c10::MemoryFormat::Preserve);
   TORCH_CHECK(

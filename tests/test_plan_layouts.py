@@ -1,0 +1,200 @@
+"""The layouts people run, with hand-computed answers: the 1F1B pipeline, ZeRO-1 against FSDP
+memory, gradient accumulation with one reduction per global batch, KV heads replicated when TP
+exceeds them, encoders at TP=1, and inference's TTFT / time-per-output-token split."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from torch_neuronx.cli.main import main
+from torch_neuronx.plan import Layout, Planner
+from torch_neuronx.plan.sharding import meta_model
+from torch_neuronx.projection import CollectiveRecord
+from torch_neuronx.projection.job import (CommWork, Factors, GraphWork, InferenceWork, TrainingWork,
+                                          accumulation_steps, inference_time, pipeline_bubble, training_time)
+from torch_neuronx.runtime.errors import UsageError
+from torch_neuronx.testing.tiny_models import tiny_config
+
+# round numbers so every expected figure below can be worked out by hand
+F = Factors(tensor_efficiency=0.5, hbm_efficiency=0.5, link_efficiency=0.5, launch_seconds=0.1,
+            collective_step_seconds=0.01, spill_fraction=0.5)
+
+
+def _graph(name, tensor=0.0, io=0.0, intermediate=0.0):
+    return GraphWork(name, flops=1e12, tensor_seconds_at_peak=tensor, engine_seconds=0.0, io_bytes=io,
+                     intermediate_bytes=intermediate, hbm_bytes_per_s=1e9, kernels=10)
+
+
+def _tiny_dir(tmp_path, **overrides):
+    tiny_config("llama", **overrides).save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+def test_1f1b_bubble_and_step_by_hand():
+    assert pipeline_bubble(4, 12) == pytest.approx(3 / 15)
+    assert pipeline_bubble(1, 7) == 0
+    work = TrainingWork(
+        forward=_graph("forward", tensor=1.0),  # 1 / 0.5 + 0.1 launch = 2.1 s
+        backward=_graph("backward", tensor=2.0, io=1e9, intermediate=2e9),  # max(4, (1+1)/0.5 = 4) + 0.1 = 4.1 s
+        optimizer=_graph("optimizer", io=1e9),  # 1e9 B / (1e9 × 0.5) + 0.1 = 2.1 s
+        micro_comm=CommWork(0.5, 10, 0), step_comm=CommWork(1.0, 0, 0),  # 0.5/0.5 + 10 × 0.01 = 1.1 s; 2 s
+        micro_batches=4, pp=3, tokens_per_step=4096, model_flops_per_step=1e15, peak_flops_per_rank=1e12, ranks=6)
+    t = training_time(work, F)
+    micro = 2.1 + 4.1 + 1.1
+    assert t.pipeline_slots == 4 + 3 - 1 and t.bubble_fraction == pytest.approx(2 / 6)
+    assert t.micro_step_seconds == pytest.approx(micro)
+    assert t.step_seconds == pytest.approx(6 * micro + 2.0 + 2.1)
+    assert t.tokens_per_second == pytest.approx(4096 / t.step_seconds)
+    assert t.mfu == pytest.approx(1e15 / (t.step_seconds * 6 * 1e12))
+    assert t.launches_per_step == 2 * 4 + 1  # one forward and one backward graph per micro-batch, one optimizer
+    eager = training_time(work, F, "eager", {"forward": 5.0, "backward": 9.0, "optimizer": 1.0})
+    assert eager.step_seconds == pytest.approx(6 * (5 + 9 + 1.1) + 2.0 + 1.0)
+
+
+def test_ttft_and_time_per_output_token_by_hand():
+    work = InferenceWork(prefill=_graph("prefill", tensor=0.5),  # 0.5 / 0.5 + 0.1 = 1.1 s
+                         decode=_graph("decode", io=2e7),  # 2e7 / 5e8 + 0.1 = 0.14 s
+                         prefill_comm=CommWork(0.1, 0, 0), decode_comm=CommWork(0.0, 2, 0),  # 0.2 s; 0.02 s
+                         batch=4, output_len=101)
+    t = inference_time(work, F)
+    assert t.ttft_seconds == pytest.approx(1.3)
+    assert t.tpot_seconds == pytest.approx(0.16)
+    assert t.request_seconds == pytest.approx(1.3 + 100 * 0.16)
+    assert t.tokens_per_second == pytest.approx(4 * 101 / (1.3 + 16))
+
+
+def test_accumulation_steps_and_bad_global_batch():
+    assert accumulation_steps(1024, 1, 64) == 16
+    assert accumulation_steps(1024, 16, 32) == 2
+    with pytest.raises(UsageError, match="not divisible by --micro-batch 2 × --dp 3 = 6"):
+        accumulation_steps(1024, 2, 3)
+
+
+def test_zero1_shards_only_the_optimizer_state_fsdp_shards_everything(tmp_path):
+    model = _tiny_dir(tmp_path)
+    n = sum(p.numel() for p in meta_model(tiny_config("llama")).parameters())
+    planner = Planner(model, "trn2.3xlarge", 32, dtype="autocast-bf16")  # fp32 master weights: 4 bytes
+    zero1 = planner.memory(Layout(1, 4, 1, False, 2, 1, shard="zero1"))["bytes"]
+    none = planner.memory(Layout(1, 4, 1, False, 2, 1, shard="none"))["bytes"]
+    fsdp = planner.memory(Layout(1, 4, 1, False, 2, 1, shard="fsdp"))["bytes"]
+    assert zero1["parameters"] == zero1["gradients"] == none["parameters"] == 4 * n
+    assert zero1["optimizer_state"] == 2 * 4 * -(-n // 4) and none["optimizer_state"] == 2 * 4 * n
+    padded = planner.parameters(1, 4)["per_rank"]  # FSDP2's padded shard (checked against real FSDP2)
+    assert n / 4 <= padded < n / 4 + 4096
+    assert fsdp["parameters"] == fsdp["gradients"] == 4 * padded and fsdp["optimizer_state"] == 2 * 4 * padded
+    assert zero1["collective_buffers"] == 0 < fsdp["collective_buffers"]
+    bf16 = Planner(model, "trn2.3xlarge", 32, dtype="bf16").memory(Layout(1, 4, 1, False, 2, 1, shard="zero1"))
+    assert bf16["bytes"]["parameters"] == 2 * n
+
+
+def test_one_gradient_reduction_per_global_batch(tmp_path):
+    planner = Planner(_tiny_dir(tmp_path), "trn2.3xlarge", 32, dtype="bf16")
+    layout = Layout(1, 2, 1, False, 2, 1, shard="zero1", global_batch=8)
+    assert layout.micro_batches == 4
+    micro, step, _ = planner.dp_collectives(layout)
+    stage_bytes = planner.stage_parameters(layout) * 2
+    assert not micro  # ZeRO-1 reduces nothing per micro-batch
+    assert dict(step) == {CollectiveRecord("reduce_scatter", stage_bytes, 2, "chip"): 1,
+                          CollectiveRecord("all_gather", stage_bytes, 2, "chip"): 1}
+    t = planner.time(layout)
+    assert t["micro_batches"] == 4 and t["collectives"]["per_global_batch"]["bytes"] == 2 * stage_bytes
+    assert t["step_seconds"] == pytest.approx(4 * t["micro_step_seconds"] + t["step_collective_seconds"]
+                                              + t["optimizer_seconds"])
+    fsdp_micro, fsdp_step, _ = planner.dp_collectives(Layout(1, 2, 1, False, 2, 1, shard="fsdp", global_batch=8))
+    assert dict(fsdp_micro) == {CollectiveRecord("all_gather", stage_bytes, 2, "chip"): 2}  # forward, backward
+    assert dict(fsdp_step) == {CollectiveRecord("reduce_scatter", stage_bytes, 2, "chip"): 1}
+
+
+def test_pipeline_stage_holds_its_layers_and_in_flight_micro_batches(tmp_path):
+    planner = Planner(_tiny_dir(tmp_path, num_hidden_layers=4), "trn2.3xlarge", 32, dtype="fp32")
+    p = planner.parameters(1, 1)
+    layer, rest = p["layer_unsharded"], p["tp_local"] - 4 * p["layer_unsharded"]
+    staged = Layout(1, 1, 1, False, 2, 1, pp=2, shard="none", global_batch=6)
+    assert planner.stage_parameters(staged) == 2 * layer + rest
+    t = planner.traced(1, 1, False, 2)
+    in_flight = 2  # a 1F1B first stage of 2 holds min(P, m) = 2 micro-batches
+    assert planner.activations(staged, False) == pytest.approx(t.activations(2) + (in_flight - 1) * 2
+                                                               * t.per_layer_activations())
+    sends, _ = planner.pipeline_sends(staged)
+    hidden = tiny_config("llama").hidden_size
+    assert dict(sends) == {CollectiveRecord("send", 32 * hidden * 4, 2, "chip"): 2}  # activations, then gradients
+    timed = planner.time(staged)
+    assert timed["pipeline_slots"] == 6 + 2 - 1 and timed["bubble_fraction"] == pytest.approx(1 / 7)
+
+
+def test_kv_heads_replicated_when_tp_exceeds_them_memory_and_traffic():
+    planner = Planner("llama-3.1-8b", "trn1.32xlarge", 128, dtype="bf16")
+    h, inter, hd, layers = 4096, 14336, 128, 32
+    # TP=32 over 8 KV heads: every rank holds one whole KV head (k and v), replicated over 4 ranks
+    layer = h // 32 * h + 2 * hd * h + h * (h // 32) + 3 * (inter // 32) * h + 2 * h
+    assert planner.parameters(32, 1)["layer_unsharded"] == layer
+    assert planner.parameters(8, 1)["layer_unsharded"] - planner.parameters(32, 1)["layer_unsharded"] == (
+        2 * h // 8 * h + 3 * inter // 8 * h) - (2 * h // 32 * h + 3 * inter // 32 * h)  # q, o, MLP: k, v equal
+    layout = Layout(32, 1, 2, False, 1, 1)
+    assert planner.kv_cache_bytes(layout, 1000) == 2 * layers * 2 * 1000 * 1 * hd * 2
+    _, step, _ = planner.dp_collectives(layout)  # the replicas' k/v gradients are all-reduced once per step
+    # the 4 consecutive ranks sharing a head span two trn1 chips (2 cores each): NeuronLink
+    assert dict(step) == {CollectiveRecord("all_reduce", 2 * hd * h * 2 * layers, 4, "neuronlink"): 1}
+
+
+def test_encoder_plans_at_tp1_and_refuses_tp2(tmp_path):
+    cfg = tiny_config("bert")
+    cfg.architectures = ["BertForPreTraining"]
+    cfg.is_decoder = False
+    cfg.save_pretrained(tmp_path)
+    planner = Planner(str(tmp_path), "trn1.32xlarge", 32, dtype="autocast-bf16")
+    plan = planner.plan(Layout(1, 4, 2, False, 1, 1, shard="zero1", global_batch=16))
+    assert plan["model_type"] == "bert" and plan["time"]["micro_batches"] == 2
+    assert plan["time"]["step_seconds"] > 0 and plan["memory"]["bytes"]["activations_peak"] > 0
+    assert "no tensor-parallel plan" in str(pytest.raises(UsageError, planner.check,
+                                                          Layout(2, 1, 1, False, 1, 1)).value)
+
+
+def test_tiny_inference_ttft_is_the_prefill_and_tpot_grows_with_the_cache(tmp_path):
+    model = _tiny_dir(tmp_path)
+    short, long = (Planner(model, "trn2.3xlarge", 64, mode="infer", dtype="bf16", decode_tokens=o)
+                   for o in (16, 64))
+    layout = Layout(2, 1, 3, False, 2, 1)
+    a, b = short.plan(layout)["inference"], long.plan(layout)["inference"]
+    assert a["ttft_seconds"] == pytest.approx(b["ttft_seconds"])  # the prefill does not see the output length
+    wa, _ = short.inference_work(layout)
+    wb, _ = long.inference_work(layout)
+    cfg = tiny_config("llama")
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
+    kv_per_rank = -(-cfg.num_key_value_heads // 2)
+    # decode at the mean cache length: 64 + 32 against 64 + 8 cached positions
+    assert wb.decode.io_bytes - wa.decode.io_bytes == 2 * cfg.num_hidden_layers * 3 * 24 * kv_per_rank * head_dim * 2
+    assert a["tpot_seconds"] < a["ttft_seconds"]
+
+
+def test_compiled_mode_beats_eager_and_plan_json_carries_both(tmp_path):
+    out = tmp_path / "plan.json"
+    assert main(["plan", _tiny_dir(tmp_path / "m"), "--instance", "trn2.3xlarge", "--tp", "2", "--dp", "2",
+                 "--shard", "zero1", "--micro-batch", "1", "--global-batch", "4", "--seq-len", "32",
+                 "--precision", "autocast-bf16", "--train", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    t = data["time"]
+    assert t["mode"] == "compile" and t["micro_batches"] == 2
+    assert t["by_mode"]["eager"]["step_seconds"] > t["by_mode"]["compile"]["step_seconds"] == t["step_seconds"]
+    assert t["tokens_per_second"] == pytest.approx(4 * 32 / t["step_seconds"]) and 0 < t["mfu"] < 1
+    assert "leave-one-out" in t["error_band"]
+    infer = tmp_path / "infer.json"
+    assert main(["plan", str(tmp_path / "m"), "--instance", "trn2.3xlarge", "--tp", "2", "--infer",
+                 "--batch-size", "2", "--input-len", "48", "--output-len", "8", "--mode", "eager",
+                 "--out", str(infer)]) == 0
+    inf = json.loads(infer.read_text())["inference"]
+    assert inf["mode"] == "eager" and inf["ttft_seconds"] > inf["tpot_seconds"] > 0
+    assert inf["input_len"] == 48 and inf["tokens_per_second"] > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--pp", "3"], "--pp 3 does not divide the model's 32 layers"),
+    (["--dp", "4", "--micro-batch", "1", "--global-batch", "10"], "--global-batch 10 is not divisible"),
+    (["--fsdp", "2", "--shard", "zero1"], "--fsdp F means --dp F --shard fsdp"),
+    (["--tp", "4", "--pp", "2"], "world size tp×pp×dp = 8 is larger than the 4 logical cores"),
+])
+def test_bad_layouts_exit_2_with_one_line(args, message, capsys):
+    assert main(["plan", "llama-3-8b", "--instance", "trn2.3xlarge", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

@@ -1,0 +1,326 @@
+"""A whole job on many ranks: compiled graphs per micro-step, the 1F1B pipeline, gradient
+accumulation to a global batch, the data-parallel reduction, and inference's prefill/decode split.
+
+The work of one rank is held as factor-free quantities (``GraphWork``: FLOPs as TensorE
+seconds at peak, bytes, kernels; ``CommWork``: link seconds at full bandwidth and
+latency steps), so the few fitted physical factors (``Factors``, from
+``fitted_factors.json``) turn them into seconds without tracing again: the fit
+(``fit.py``) and the planner use the same arithmetic. Every figure is projected.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..runtime.errors import ConfigError, UsageError
+from .calibration import Calibration
+from .collectives import CollectiveRecord, collective_seconds
+from .hardware import LINKS, DeviceModel
+from .kernel import KernelCost
+
+FACTORS_FILE = Path(__file__).with_name("fitted_factors.json")
+COMPUTE_ENGINES = ("vector", "scalar", "gpsimd")
+
+
+@dataclasses.dataclass(frozen=True)
+class Factors:
+    """The physical factors fitted on AWS's published results (meanings in ``fitted_factors.json``)."""
+
+    tensor_efficiency: float  # achieved / peak TensorE rate inside a compiled graph
+    hbm_efficiency: float  # achieved / peak HBM bandwidth
+    link_efficiency: float  # achieved / peak bandwidth of NeuronLink, EFA and on-chip collectives
+    launch_seconds: float  # fixed cost of one graph launch
+    collective_step_seconds: float  # latency of one step of a ring or tree collective
+    spill_fraction: float  # share of the eager kernels' intermediate traffic a compiled graph still moves to HBM
+
+    def calibration(self, base: Calibration) -> Calibration:
+        """``base`` with these factors in force (what the eager per-op projection runs on)."""
+        return dataclasses.replace(
+            base, efficiency={**base.efficiency, "tensor": self.tensor_efficiency, "hbm": self.hbm_efficiency,
+                              "link": self.link_efficiency},
+            launch_seconds={**base.launch_seconds, "graph": self.launch_seconds},
+            link_latency_seconds=dict.fromkeys(LINKS, self.collective_step_seconds),
+            graph_spill_fraction=self.spill_fraction,
+            source=f"factors fitted on published Trainium results ({FACTORS_FILE.name})")
+
+
+@functools.lru_cache(maxsize=1)
+def _factors_data() -> dict:
+    try:
+        return json.loads(FACTORS_FILE.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read the fitted factors {FACTORS_FILE}: {exc}") from None
+
+
+def fitted_factors() -> Factors:
+    """The factors in force: the last fit written to ``fitted_factors.json``."""
+    data = _factors_data()["factors"]
+    return Factors(**{f.name: float(data[f.name]["value"]) for f in dataclasses.fields(Factors)})
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorBand:
+    """How far the projection was from AWS's published figures of one kind, predicting each
+    row with factors fitted on the other rows (leave-one-out)."""
+
+    figure: str  # step_seconds (training), ttft_seconds or tpot_seconds (inference)
+    fraction: float  # the largest leave-one-out relative error among those figures
+    rows: int  # published rows holding such a figure
+    total_rows: int  # rows in the calibration set
+
+    def text(self) -> str:
+        kind = "training" if self.figure == "step_seconds" else "inference"
+        return (f"±{self.fraction:.0%}, leave-one-out over {self.rows} published Trainium {kind} result"
+                f"{'s' if self.rows > 1 else ''} (of {self.total_rows} fitted)")
+
+
+def error_band(figure: str = "step_seconds") -> ErrorBand:
+    """The band every projected figure derived from ``figure`` carries (the plan and the pilot):
+    ``step_seconds`` for training times, throughput and cost; ``ttft_seconds`` and
+    ``tpot_seconds`` for inference."""
+    loo = _factors_data()["leave_one_out"]
+    if figure not in loo["by_figure"]:
+        raise ConfigError(f"no leave-one-out error for {figure!r}; known: {sorted(loo['by_figure'])}")
+    entry = loo["by_figure"][figure]
+    return ErrorBand(figure, entry["max_abs_error"], entry["rows"], loo["rows"])
+
+
+def clear_cache() -> None:
+    """Forget the cached factors file (after ``--validate`` rewrote it)."""
+    _factors_data.cache_clear()
+
+
+# --- the work of one rank, free of the fitted factors ---------------------------------------
+@dataclasses.dataclass(frozen=True)
+class GraphWork:
+    """One compiled graph of one rank (forward, backward, optimizer, prefill or decode)."""
+
+    name: str
+    flops: float
+    tensor_seconds_at_peak: float  # TensorE time at 100 % efficiency, at each operand dtype's rate
+    engine_seconds: float  # the busiest of VectorE / ScalarE / GpSimd (their default efficiencies)
+    io_bytes: float  # inputs, weights and outputs: HBM traffic even when every intermediate stays on chip
+    intermediate_bytes: float  # what the eager kernels move beyond io_bytes: on chip when fused
+    hbm_bytes_per_s: float
+    kernels: int  # eager launches (one per op)
+
+    def seconds(self, f: Factors) -> float:
+        """One launch: the busiest engine or the HBM traffic, whichever is longer (engines overlap)."""
+        compute = max(self.tensor_seconds_at_peak / f.tensor_efficiency, self.engine_seconds)
+        memory = (self.io_bytes + f.spill_fraction * self.intermediate_bytes) / (self.hbm_bytes_per_s
+                                                                                * f.hbm_efficiency)
+        return max(compute, memory) + f.launch_seconds
+
+    def scaled(self, n: float) -> "GraphWork":
+        """The graph of ``n`` times the work (a pipeline stage holding a share of the layers)."""
+        return dataclasses.replace(self, flops=self.flops * n, tensor_seconds_at_peak=self.tensor_seconds_at_peak * n,
+                                   engine_seconds=self.engine_seconds * n, io_bytes=self.io_bytes * n,
+                                   intermediate_bytes=self.intermediate_bytes * n, kernels=round(self.kernels * n))
+
+
+_FIRST_SHAPE = re.compile(r"\|torch\.\w+\(([\d, ]*)\)")
+
+
+def _hidden_states_op(key: str, hidden: int) -> bool:
+    """Whether a signature's first tensor is hidden states (last dimension ``hidden``, two or more dims)."""
+    m = _FIRST_SHAPE.search(key)
+    dims = [int(d) for d in m.group(1).split(",") if d.strip()] if m else []
+    return len(dims) >= 2 and dims[-1] == hidden
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceParallel:
+    """Sequence parallelism over a TP group of ``tp``: the elementwise work on the hidden states
+    (norms, residual adds, dropout), replicated on every TP rank without it, is split ``tp`` ways."""
+
+    tp: int
+    hidden: int
+
+
+def graph_work(name: str, kernels: Mapping[str, KernelCost], calls: Mapping[str, int], io_bytes: float,
+               device: DeviceModel, cal: Calibration, sequence_parallel: SequenceParallel | None = None) -> GraphWork:
+    """The traced kernels ``calls`` (signature → count, costs projected under ``cal``) as one graph."""
+    tensor = flops = eager_bytes = 0.0
+    engines = dict.fromkeys(COMPUTE_ENGINES, 0.0)
+    launches = 0
+    for key, n in calls.items():
+        cost = kernels[key]
+        if cost.engine == "none":
+            continue
+        launches += n
+        flops += cost.flops * n
+        share = 1.0
+        if sequence_parallel and cost.engine != "tensor" and _hidden_states_op(key, sequence_parallel.hidden):
+            share = 1 / sequence_parallel.tp
+        eager_bytes += cost.bytes * n * share
+        if cost.engine == "tensor":
+            tensor += cost.compute_seconds * cal.efficiency["tensor"] * n
+        elif cost.engine in engines:
+            engines[cost.engine] += cost.compute_seconds * n * share
+    return GraphWork(name, flops, tensor, max(engines.values()), io_bytes, max(0.0, eager_bytes - io_bytes),
+                     device.hbm_bytes_per_s, launches)
+
+
+@dataclasses.dataclass(frozen=True)
+class CommWork:
+    """Collectives on the critical path: link seconds at full bandwidth plus latency steps."""
+
+    seconds_at_peak: float
+    steps: float
+    bytes: float
+
+    def seconds(self, f: Factors) -> float:
+        return self.seconds_at_peak / f.link_efficiency + self.steps * f.collective_step_seconds
+
+    def __add__(self, other: "CommWork") -> "CommWork":
+        return CommWork(self.seconds_at_peak + other.seconds_at_peak, self.steps + other.steps,
+                        self.bytes + other.bytes)
+
+
+NO_COMM = CommWork(0.0, 0.0, 0.0)
+
+
+def comm_work(records: Mapping[CollectiveRecord, int], device: DeviceModel, cal: Calibration,
+              sharing: Mapping[CollectiveRecord, int] | None = None) -> CommWork:
+    """Collectives (record → count) as factor-free work, through the projection's ring/tree model.
+    ``sharing[record]`` rings run at once over the same link (data-parallel rings leaving an
+    instance share its EFA): each gets that share of the bandwidth."""
+    bandwidth_only = dataclasses.replace(cal, efficiency={**cal.efficiency, "link": 1.0},
+                                         link_latency_seconds=dict.fromkeys(LINKS, 0.0))
+    one_second_steps = dataclasses.replace(bandwidth_only, link_latency_seconds=dict.fromkeys(LINKS, 1.0))
+    total = NO_COMM
+    for rec, n in records.items():
+        shared = dataclasses.replace(rec, nbytes=rec.nbytes * (sharing or {}).get(rec, 1))
+        at_peak = collective_seconds(shared, device, bandwidth_only)
+        steps = collective_seconds(shared, device, one_second_steps) - at_peak
+        total = total + CommWork(at_peak * n, round(steps) * n, rec.nbytes * n)
+    return total
+
+
+# --- cost -------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class JobCost:
+    """What ``seconds`` of the job cost on its instances, and per token produced."""
+
+    usd: float | None  # None without a price
+    usd_per_billion_tokens: float | None
+    price: dict
+
+    @property
+    def usd_per_million_tokens(self) -> float | None:
+        return None if self.usd_per_billion_tokens is None else self.usd_per_billion_tokens / 1e3
+
+
+def job_cost(projector, seconds: float, tokens: int, instances: int,
+             price_per_hour: float | None = None) -> JobCost:
+    """The projector's whole-instance cost of ``seconds`` on ``instances``, spread over ``tokens``."""
+    cost = projector.cost(seconds, 1, price_per_hour, instances=instances)
+    per = cost.run_usd / tokens * 1e9 if cost.run_usd is not None and tokens else None
+    return JobCost(cost.run_usd, per, cost.price.to_dict())
+
+
+# --- training: accumulation, the 1F1B pipeline, one reduction per global batch -----------------
+def accumulation_steps(global_batch: int, micro_batch: int, dp: int) -> int:
+    """Micro-batches each data-parallel rank runs per optimizer step: G / (M·D)."""
+    if min(global_batch, micro_batch, dp) < 1 or global_batch % (micro_batch * dp):
+        raise UsageError(f"--global-batch {global_batch} is not divisible by --micro-batch {micro_batch} × "
+                         f"--dp {dp} = {micro_batch * dp}")
+    return global_batch // (micro_batch * dp)
+
+
+def pipeline_bubble(pp: int, micro_batches: int) -> float:
+    """The idle share of a 1F1B pipeline of ``pp`` stages over ``micro_batches``: (P−1)/(m+P−1)."""
+    return (pp - 1) / (micro_batches + pp - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingWork:
+    """One rank's (one pipeline stage's) work per global batch."""
+
+    forward: GraphWork  # one micro-batch
+    backward: GraphWork
+    optimizer: GraphWork  # once per global batch
+    micro_comm: CommWork  # TP collectives and pipeline sends of one micro-batch
+    step_comm: CommWork  # the data-parallel gradient reduction (and ZeRO-1 / FSDP gathers), once
+    micro_batches: int
+    pp: int
+    tokens_per_step: int  # whole job
+    model_flops_per_step: float  # whole job, for MFU
+    peak_flops_per_rank: float
+    ranks: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingTime:
+    """Projected seconds of one global batch and what they are made of."""
+
+    mode: str
+    step_seconds: float
+    micro_step_seconds: float  # forward + backward + collectives of one micro-batch on one stage
+    forward_seconds: float
+    backward_seconds: float
+    micro_collective_seconds: float
+    step_collective_seconds: float
+    optimizer_seconds: float
+    pipeline_slots: int  # m + P − 1 micro-step slots per global batch
+    bubble_fraction: float
+    launches_per_step: int
+    tokens_per_second: float
+    mfu: float
+
+
+def training_time(work: TrainingWork, f: Factors, mode: str = "compile",
+                  eager_seconds: Mapping[str, float] | None = None) -> TrainingTime:
+    """Seconds of one global batch: (m + P − 1) micro-step slots, then the gradient reduction
+    and one optimizer step. In eager mode the graphs' seconds are the per-op projection's
+    (``eager_seconds`` by graph name, launch overhead per op included)."""
+    if mode == "compile":
+        fwd, bwd, opt = (g.seconds(f) for g in (work.forward, work.backward, work.optimizer))
+        launches = 2 * work.micro_batches + 1
+    else:
+        fwd, bwd, opt = (eager_seconds[g.name] for g in (work.forward, work.backward, work.optimizer))
+        launches = (work.forward.kernels + work.backward.kernels) * work.micro_batches + work.optimizer.kernels
+    micro_comm, step_comm = work.micro_comm.seconds(f), work.step_comm.seconds(f)
+    slots = work.micro_batches + work.pp - 1
+    micro = fwd + bwd + micro_comm
+    step = slots * micro + step_comm + opt
+    return TrainingTime(mode, step, micro, fwd, bwd, micro_comm, step_comm, opt, slots,
+                        pipeline_bubble(work.pp, work.micro_batches), launches,
+                        work.tokens_per_step / step,
+                        work.model_flops_per_step / (step * work.ranks * work.peak_flops_per_rank))
+
+
+# --- inference: time to first token and time per output token ------------------------------------
+@dataclasses.dataclass(frozen=True)
+class InferenceWork:
+    prefill: GraphWork  # the whole prompt of the batch
+    decode: GraphWork  # one token per sequence, at the mean cache length
+    prefill_comm: CommWork
+    decode_comm: CommWork
+    batch: int
+    output_len: int
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceTime:
+    mode: str
+    ttft_seconds: float  # the prefill graph (and its collectives)
+    tpot_seconds: float  # one decode step at the mean cache length
+    request_seconds: float  # TTFT + (O − 1) decode steps
+    tokens_per_second: float  # output tokens of the batch / request seconds
+
+
+def inference_time(work: InferenceWork, f: Factors, mode: str = "compile",
+                   eager_seconds: Mapping[str, float] | None = None) -> InferenceTime:
+    if mode == "compile":
+        prefill, decode = work.prefill.seconds(f), work.decode.seconds(f)
+    else:
+        prefill, decode = eager_seconds[work.prefill.name], eager_seconds[work.decode.name]
+    ttft = prefill + work.prefill_comm.seconds(f)
+    tpot = decode + work.decode_comm.seconds(f)
+    request = ttft + max(work.output_len - 1, 0) * tpot
+    return InferenceTime(mode, ttft, tpot, request, work.batch * work.output_len / request)

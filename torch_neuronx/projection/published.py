@@ -1,0 +1,70 @@
+"""AWS's published Trainium results (``published_results.json``), the calibration set, and the
+per-row work the fit runs on (``published_work.json``: traced once, so a fit never re-traces)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from ..runtime.errors import ConfigError
+from .job import CommWork, GraphWork, InferenceWork, TrainingWork
+
+RESULTS_FILE = Path(__file__).with_name("published_results.json")
+WORK_FILE = Path(__file__).with_name("published_work.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedRow:
+    id: str
+    kind: str  # training | inference
+    model: str  # a bundled plan config
+    instance: str
+    instances: int
+    layout: dict
+    published: dict
+    source: str
+    sdk: str
+
+    def targets(self) -> dict[str, float]:
+        """The published figures as seconds the projection predicts: one global batch (training),
+        time to first token and per output token (inference)."""
+        if self.kind == "training":
+            return {"step_seconds": self.layout["global_batch"] / self.published["sequences_per_second"]}
+        return {"ttft_seconds": self.published["ttft_seconds"], "tpot_seconds": self.published["tpot_seconds"]}
+
+
+def published_rows() -> list[PublishedRow]:
+    data = json.loads(RESULTS_FILE.read_text(encoding="utf-8"))
+    fields = {f.name for f in dataclasses.fields(PublishedRow)}
+    return [PublishedRow(**{k: v for k, v in row.items() if k in fields}) for row in data["rows"]]
+
+
+def _work_from_dict(d: dict) -> TrainingWork | InferenceWork:
+    kind = d.pop("kind")
+    cls = TrainingWork if kind == "training" else InferenceWork
+    built = {}
+    for f in dataclasses.fields(cls):
+        v = d[f.name]
+        if isinstance(v, dict) and "io_bytes" in v:
+            v = GraphWork(**v)
+        elif isinstance(v, dict) and "steps" in v:
+            v = CommWork(**v)
+        built[f.name] = v
+    return cls(**built)
+
+
+def save_work(works: dict[str, TrainingWork | InferenceWork], path: Path = WORK_FILE) -> None:
+    data = {row: {"kind": "training" if isinstance(w, TrainingWork) else "inference", **dataclasses.asdict(w)}
+            for row, w in works.items()}
+    path.write_text(json.dumps({"schema": 1, "about": "one rank's work per published row, traced by "
+                                "`torchneuron plan --validate --retrace`", "rows": data}, indent=1) + "\n",
+                    encoding="utf-8")
+
+
+def load_work(path: Path = WORK_FILE) -> dict[str, TrainingWork | InferenceWork]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))["rows"]
+    except (OSError, json.JSONDecodeError, KeyError) as exc:
+        raise ConfigError(f"cannot read the traced work of the published rows {path}: {exc}; "
+                          "run `torchneuron plan --validate --retrace`") from None
+    return {row: _work_from_dict(dict(d)) for row, d in data.items()}
