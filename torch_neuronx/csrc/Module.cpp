@@ -15,7 +15,7 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
-#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
 
 namespace torch_neuronx {
 namespace {

@@ -2,7 +2,7 @@
 // float64 as float32.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 namespace torch_neuronx {
 

@@ -1,7 +1,7 @@
 // Zero-copy bridges between neuron memory and CPU tensors (Alias.cpp).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 
 namespace torch_neuronx {
 

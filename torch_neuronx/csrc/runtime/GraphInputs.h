@@ -2,7 +2,7 @@
 // of its inputs, kept from call to call, and the mapping of its results.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <c10/util/intrusive_ptr.h>
 
 #include <cstdint>

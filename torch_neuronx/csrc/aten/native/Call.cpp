@@ -2,6 +2,9 @@
 #include "aten/native/Call.h"
 #include "runtime/Allocator.h"
 
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/zeros.h>
+
 #include <cstring>
 
 namespace torch_neuronx {
