@@ -107,7 +107,9 @@ def test_decode_op_table_profiles_the_same_ops_on_both_devices():
     assert mm["cpu_us_per_call"] > 0 and mm["neuron_us_per_call"] > 0
     assert result["tokens"] == decode_ops.SIZES["smoke"].new_tokens
     text = decode_ops.markdown(result, limit=3)
-    assert text.count("\n| `aten::") == 3 and "outside ATen ops" in text
+    # Three op rows (the ops that add most on neuron: not always aten:: ones, e.g. a profiler
+    # range can rank among them on a noisy run), then the row outside ATen ops.
+    assert text.count("\n| `") == 3 and "outside ATen ops" in text
 
 
 def test_summarize_pools_samples_across_repeats_and_keeps_failures():
