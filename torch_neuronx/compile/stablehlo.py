@@ -292,6 +292,13 @@ def _scalars_times(op: str, self: torch.Tensor, tensor1: torch.Tensor, tensor2: 
     return self + scalar * product
 
 
+def _per_tensor_op(foreach_name: str) -> torch._ops.OpOverloadPacket | None:
+    """The op ``_foreach_<op>`` applies to each tensor (``norm``: ``linalg_vector_norm``);
+    None when ATen has none (``_foreach_powsum``)."""
+    op = foreach_name.removeprefix("_foreach_")
+    return getattr(torch.ops.aten, "linalg_vector_norm" if op == "norm" else op, None)
+
+
 def _foreach_decomposition(overload: torch._ops.OpOverload) -> Callable[..., list]:
     """A ``_foreach_<op>`` overload as one ``<op>`` call per list element.
 
@@ -302,9 +309,10 @@ def _foreach_decomposition(overload: torch._ops.OpOverload) -> Callable[..., lis
     the ``.Tensor`` forms of ``addcmul``/``addcdiv`` take element ``i`` of their
     1-D ``scalars`` tensor.
     """
-    op = overload._schema.name.split("::", 1)[1].removeprefix("_foreach_")
+    name = overload._schema.name.split("::", 1)[1]
+    op = name.removeprefix("_foreach_")
     tensor_scalars = op in ("addcmul", "addcdiv") and overload._overloadname == "Tensor"
-    per_tensor = torch.ops.aten.linalg_vector_norm if op == "norm" else getattr(torch.ops.aten, op)
+    per_tensor = _per_tensor_op(name)
 
     def each(*args, **kwargs) -> list:
         count = len(next(a for a in args if isinstance(a, (list, tuple))))
@@ -328,9 +336,7 @@ def _foreach_decompositions() -> dict:
     names = {name.split("::", 1)[1].split(".", 1)[0] for name in torch._C._dispatch_get_all_op_names()
              if name.startswith("aten::_foreach_")}
     for name in names:
-        per_tensor = name.removeprefix("_foreach_")
-        if name.endswith("_") or not hasattr(torch.ops.aten, "linalg_vector_norm" if per_tensor == "norm"
-                                             else per_tensor):
+        if name.endswith("_") or _per_tensor_op(name) is None:
             continue  # in-place forms are functionalized first; _foreach_powsum has no per-tensor op
         packet = getattr(torch.ops.aten, name)
         for overload_name in packet.overloads():
