@@ -196,7 +196,9 @@ def test_static_cache_generate_compiles_sliding_window_and_moe_routing(model_typ
 def test_compiled_training_with_dropout_lowers_its_random_masks_as_inputs():
     """GPT-2 trains with dropout 0.1: Inductor's partitioner fuses the graph's seeds (it needs
     the fake mode Inductor sets) and its random draws enter the StableHLO as inputs, as the
-    real product passes a dropout mask drawn on the host."""
+    real product passes a dropout mask drawn on the host (torchneuron-source-2026-04.md §8,
+    "The compiled dropout mask comes from CPU aten.native_dropout and is passed in as an extra
+    input", TR neuron_dynamo_backend/utils/stablehlo_utils.py:122-134)."""
     from torch_neuronx.testing.tiny_models import tiny_causal_lm
 
     model = tiny_causal_lm("gpt2").train().to("neuron")

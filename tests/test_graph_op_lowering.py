@@ -8,6 +8,11 @@ of a compiled ``optimizer.step()``, and the Scalar forms of ``fmod`` and the
 bitwise ops (sliding-window caches), which torch-mlir 20261001 leaves
 half-converted. Each decomposition is checked against the op on CPU, and each
 graph holding the op must lower.
+
+What the real product does instead (torchneuron-source-2026-04.md): §3, its backend calls
+``aot_autograd(..., decompositions=...)`` with its own table and lowers with torch-mlir, so
+Inductor's primitives never reach it; §2, foreach ops are registered Neuron kernels
+(``_foreach_{add,sub,mul,div}``, ``_foreach_norm``) or PyTorch's per-tensor loops.
 """
 from __future__ import annotations
 
