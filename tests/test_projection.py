@@ -568,3 +568,37 @@ def test_one_hardware_table_feeds_profiles_nki_and_the_projection():
         # TensorE peak = 128 x 128 PEs x 2 FLOP x the TensorE clock NKI uses
         assert device.tensor_flops["bf16"] == pytest.approx(128 * 128 * 2 * limits["tensor_hz"], rel=1e-5)
     assert nki_hardware.limits("trn2")["dma_bytes_per_s"] == pytest.approx(3.5e12 / 8)
+
+
+# --- ProjectionMode counts what the eager device launches (projection/device_dispatch.py) ------------
+def _kernels_of(step) -> list[str]:
+    """The ops ProjectionMode records for ``step``, in launch order."""
+    proj = P.Projector("trn2.3xlarge", calibration=P.defaults())
+    with P.ProjectionMode(proj) as mode:
+        step()
+    return [proj.kernels[k].op for k in mode.sequence]
+
+
+def test_views_launch_nothing_and_a_strided_input_adds_a_contiguous_kernel():
+    """Source notes torchneuron-source-2026-04.md §4: views are whitelisted (no kernel); §1 "What is
+    and is not in the key": a non-contiguous input is made contiguous by its own kernel first."""
+    a, b = torch.randn(8, 4), torch.randn(8, 4)
+    assert _kernels_of(lambda: a.view(32).reshape(4, 8).t().unsqueeze(0).expand(2, 8, 4).detach()) == []
+    assert _kernels_of(lambda: torch.mm(a.t(), b)) == ["aten::contiguous", "aten::mm"]
+    assert _kernels_of(lambda: torch.mm(a.t().contiguous(), b)) == ["aten::mm"]  # clone: a native copy
+
+
+def test_composite_ops_launch_the_kernels_they_call_and_empty_inputs_none():
+    """The device runs a composite op as the ops it calls (embedding is an index_select, a
+    Python number in a tensor argument is a wrapped 0-dim tensor); an empty input compiles
+    nothing (§1, "Empty tensors")."""
+    weight, ids = torch.randn(16, 4), torch.tensor([[1, 2, 3]])
+    assert _kernels_of(lambda: torch.nn.functional.embedding(ids, weight)) == ["aten::index_select"]
+    assert _kernels_of(lambda: torch.empty(0, 4) * 2) == []
+    x = torch.randn(4)
+    proj = P.Projector("trn2.3xlarge", calibration=P.defaults())
+    with P.ProjectionMode(proj) as mode:
+        x + 1
+        x + 2.5  # another value, another type: a float64 wrapped number, another key
+        x + 3
+    assert sorted(mode.calls.values()) == [1, 2]

@@ -9,6 +9,10 @@ i.e. loss-parallel logits). That model is traced with 1 and with 2 decoder
 layers; every figure is affine in the layer count (all decoder layers are
 identical), so ``k`` layers are ``f(1) + (k - 1) × (f(2) - f(1))``: the whole
 model, or one pipeline stage's share. Nothing is allocated on the host.
+
+The fake tensors live on the ``neuron`` device, so PyTorch's composite ops take the device's
+branches (fused dropout, the device's attention choice, the device's autocast lists), and
+``ProjectionMode`` counts the kernels the eager device would launch (``projection/device_dispatch.py``).
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import torch
 
 from ..projection import ProjectionMode, Projector
 
+DEVICE = "neuron"  # the device the fake tensors claim: the eager path's dispatch, traced
 _PER_RANK_FIELDS = ("num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size")
 
 
@@ -131,8 +136,8 @@ def _run(config, work: Workload, layers: int, projector: Projector) -> tuple[flo
 
     cfg = rank_config(config, work.tp, layers)
     calls: dict[str, Counter] = {}
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if work.autocast else contextlib.nullcontext()
-    with FakeTensorMode():
+    autocast = torch.autocast(DEVICE, dtype=torch.bfloat16) if work.autocast else contextlib.nullcontext()
+    with FakeTensorMode(), torch.device(DEVICE):
         model = build_model(config, cfg, dtype=work.dtype, attn_implementation="sdpa")
         ids = torch.zeros(work.batch, work.seq_len, dtype=torch.long)
         tracker = _activation_tracker()
@@ -177,7 +182,7 @@ def optimizer_calls(numel: int, dtype: torch.dtype, projector: Projector) -> Cou
     """The kernels of one AdamW step over this rank's parameter shard (one flat tensor, foreach)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with FakeTensorMode():
+    with FakeTensorMode(), torch.device(DEVICE):
         p = torch.nn.Parameter(torch.zeros(numel, dtype=dtype))
         p.grad = torch.zeros_like(p)
         opt = torch.optim.AdamW([p], lr=1e-5, foreach=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -122,14 +121,9 @@ class GraphWork:
                                    intermediate_bytes=self.intermediate_bytes * n, kernels=round(self.kernels * n))
 
 
-_FIRST_SHAPE = re.compile(r"\|torch\.\w+\(([\d, ]*)\)")
-
-
-def _hidden_states_op(key: str, hidden: int) -> bool:
-    """Whether a signature's first tensor is hidden states (last dimension ``hidden``, two or more dims)."""
-    m = _FIRST_SHAPE.search(key)
-    dims = [int(d) for d in m.group(1).split(",") if d.strip()] if m else []
-    return len(dims) >= 2 and dims[-1] == hidden
+def _hidden_states_op(cost: KernelCost, hidden: int) -> bool:
+    """Whether a kernel's first tensor is hidden states (last dimension ``hidden``, two or more dims)."""
+    return len(cost.first_shape) >= 2 and cost.first_shape[-1] == hidden
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,7 +148,7 @@ def graph_work(name: str, kernels: Mapping[str, KernelCost], calls: Mapping[str,
         launches += n
         flops += cost.flops * n
         share = 1.0
-        if sequence_parallel and cost.engine != "tensor" and _hidden_states_op(key, sequence_parallel.hidden):
+        if sequence_parallel and cost.engine != "tensor" and _hidden_states_op(cost, sequence_parallel.hidden):
             share = 1 / sequence_parallel.tp
         eager_bytes += cost.bytes * n * share
         if cost.engine == "tensor":

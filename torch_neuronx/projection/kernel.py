@@ -161,6 +161,7 @@ class KernelCost:
     compute_seconds: float
     memory_seconds: float
     outputs_known: bool  # False when the op could not be run on meta tensors
+    first_shape: tuple[int, ...] = ()  # the first tensor argument's shape (the plan's sequence-parallel split)
 
     @property
     def seconds(self) -> float:
@@ -236,4 +237,5 @@ def project_call(op: str, args: tuple, device: DeviceModel, cal: Calibration) ->
     except Exception:  # no meta kernel, or a data-dependent output shape: inputs only
         out, known = None, False
     engine, flops, elements, nbytes = work(fn, margs, mkwargs, out, known)
-    return roofline(op, engine, flops, elements, nbytes, inputs, device, cal, known)
+    cost = roofline(op, engine, flops, elements, nbytes, inputs, device, cal, known)
+    return dataclasses.replace(cost, first_shape=tuple(inputs[0].shape) if inputs else ())

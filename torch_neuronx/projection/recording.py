@@ -1,10 +1,14 @@
 """Seeing the ATen ops a piece of Python runs, as the device would receive them.
 
-``OpRecorder`` is a ``TorchDispatchMode`` that hands every op call (with its
-outputs) to a callback. It backs graph projection (a graph run on fake
-tensors) and ``ProjectionMode``, which projects host or meta runs the way
-the C++ accounting projects eager ``neuron`` runs: one signature per distinct
-(op, shapes, dtypes, scalars), a count per call.
+Two dispatch modes. ``OpRecorder`` hands every op call (with its outputs) to a
+callback, decomposed as ``FlopCounterMode`` decomposes: it backs graph
+projection (a graph run on fake tensors is one program, whatever its ops).
+``DeviceOpRecorder`` sees the kernels the eager ``neuron`` device would launch
+for the same calls (``device_dispatch``: views and copies launch none,
+composite ops run as the ops they call, a strided input adds a ``contiguous``
+kernel), keyed as the device keys them; it backs ``ProjectionMode``, which
+projects a host, meta or fake run (the plan's trace) as the C++ accounting
+projects a ``neuron`` run: one signature per device key, a count per call.
 """
 from __future__ import annotations
 
@@ -12,9 +16,10 @@ from collections import Counter
 from collections.abc import Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_map
 
+from . import device_dispatch
 from .kernel import flop_formula
 
 _METADATA_OPS = {
@@ -53,15 +58,45 @@ class OpRecorder(TorchDispatchMode):
         return out
 
 
-def signature_key(func, args, kwargs) -> str:
-    """A stable key of a call: op, then each tensor's shape/stride/dtype and each scalar."""
-    parts = [str(func)]
-    for x in tree_flatten((args, kwargs))[0]:
-        if isinstance(x, torch.Tensor):
-            parts.append(f"{x.dtype}{tuple(x.shape)}{tuple(x.stride())}")
-        else:
-            parts.append(repr(x))
-    return "|".join(parts)
+class DeviceOpRecorder(TorchDispatchMode):
+    """Calls ``on_kernel(op, key, args)`` for every kernel the eager device launches for the
+    ops run under it (``device_dispatch``), in launch order."""
+
+    def __init__(self, on_kernel: Callable) -> None:
+        super().__init__()
+        self.on_kernel = on_kernel
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _METADATA_OPS or not isinstance(func, torch._ops.OpOverload):
+            return func(*args, **kwargs)
+        route = device_dispatch.route(func)
+        if route == device_dispatch.KERNEL:
+            for op, key, op_args in device_dispatch.kernels_of(func, args, kwargs):
+                self.on_kernel(op, key, op_args)
+        elif route == device_dispatch.COMPOSITE and not func.is_view:
+            # a composite view only re-strides (as_strided, view: native), so only a
+            # computing composite is followed into the ops it calls
+            self._follow_composite(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _follow_composite(self, func, args, kwargs) -> None:
+        """Run ``func``'s composite kernel on meta copies of its arguments, with this mode
+        alone on the stack (no fake-tensor mode under it), so each op the kernel calls is
+        routed, and recorded, in turn; the caller then runs ``func`` itself for its result."""
+        with _disable_current_modes():
+            meta_args, meta_kwargs = tree_map(_as_meta, (args, kwargs))
+            with self:
+                func._op_dk(device_dispatch.composite_key(func), *meta_args, **meta_kwargs)
+
+
+def _as_meta(x):
+    """A tensor as a meta tensor of the same sizes, strides and dtype; a device as ``meta``."""
+    if isinstance(x, torch.Tensor):
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    if isinstance(x, torch.device):
+        return torch.device("meta")
+    return x
 
 
 def op_name(func) -> str:
@@ -70,28 +105,19 @@ def op_name(func) -> str:
     return name if overload == "default" else f"{name}.{overload}"
 
 
-def boxed_args(func, args, kwargs) -> tuple:
-    """The argument list the C++ boxed path hands over: every schema argument in order."""
-    schema = func._schema
-    n = len(args)
-    extra = tuple(kwargs.get(a.name, a.default_value) for a in schema.arguments[n:])
-    return tuple(args) + extra
-
-
 class ProjectionMode:
-    """Project a host (CPU or meta) run: ``with ProjectionMode(projector) as m: step()``,
-    then ``projector.summary(m.calls)``."""
+    """Project a host, meta or fake run as the eager device would run it:
+    ``with ProjectionMode(projector) as m: step()``, then ``projector.summary(m.calls)``."""
 
     def __init__(self, projector) -> None:
         self.projector = projector
         self.calls: Counter[str] = Counter()
         self.sequence: list[str] = []  # keys in call order, for the timeline
-        self._recorder = OpRecorder(self._on_op)
+        self._recorder = DeviceOpRecorder(self._on_kernel)
 
-    def _on_op(self, func, args, kwargs, out) -> None:
-        key = signature_key(func, args, kwargs)
+    def _on_kernel(self, op: str, key: str, args: tuple) -> None:
         if key not in self.calls:
-            self.projector.add_signature(op_name(func), key, boxed_args(func, args, kwargs))
+            self.projector.add_signature(op, key, args)
         self.calls[key] += 1
         self.sequence.append(key)
 
