@@ -184,7 +184,9 @@ def test_compiled_mode_beats_eager_and_plan_json_carries_both(tmp_path):
                  "--batch-size", "2", "--input-len", "48", "--output-len", "8", "--mode", "eager",
                  "--out", str(infer)]) == 0
     inf = json.loads(infer.read_text())["inference"]
-    assert inf["mode"] == "eager" and inf["ttft_seconds"] > inf["tpot_seconds"] > 0
+    # eager, two tiny layers: launch-bound, so a decode step (its cache concatenations) costs about
+    # what the 48-token prefill does; the prefill is not necessarily the longer one
+    assert inf["mode"] == "eager" and inf["ttft_seconds"] > 0 and inf["tpot_seconds"] > 0
     assert inf["input_len"] == 48 and inf["tokens_per_second"] > 0
 
 

@@ -26,6 +26,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
 from ..runtime.extension import _C
+from .job import CONTIGUITY_OP
 
 KERNEL, COMPOSITE, NATIVE = "kernel", "composite", "native"
 _COMPOSITE_KEYS = (DispatchKey.CompositeExplicitAutogradNonFunctional, DispatchKey.CompositeExplicitAutograd,
@@ -79,7 +80,7 @@ def kernels_of(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[t
     inputs = _inputs(func, args, kwargs)
     if any(t.numel() == 0 for t in inputs):
         return []
-    launched = [("aten::contiguous", kernel_key(torch.ops.aten.contiguous.default, (t,), {}), (t,))
+    launched = [(CONTIGUITY_OP, kernel_key(torch.ops.aten.contiguous.default, (t,), {}), (t,))
                 for t in inputs if not t.is_contiguous()]
     return launched + [(func.name(), kernel_key(func, args, kwargs), _boxed(func, args, kwargs))]
 

@@ -2,13 +2,13 @@
 
 The graph runs on fake tensors under ``OpRecorder``, so Dynamo graphs (torch
 functions) and AOT graphs (ATen) both reach ATen ops with shapes and no data.
-The compiler keeps intermediates on chip where it can: the graph's inputs, weights
-and outputs are HBM traffic, and of the rest its eager kernels would move only the
-calibration's ``graph_spill_fraction`` (fitted on published results; 0 in the bare
-defaults, a lower bound) — the same arithmetic as a plan's ``job.GraphWork``
-(docs/projection.md). Engines run concurrently under the compiler's schedule
-(``graph_engine_overlap``, default on): compute time is the busiest engine's,
-otherwise the sum.
+Its kernels are gathered into the plan's ``job.GraphWork`` by ``job.graph_work``,
+and its seconds are ``GraphWork``'s: the compiler keeps intermediates on chip where
+it can, so the graph's inputs, weights and outputs are HBM traffic and of the rest
+its eager kernels would move only the calibration's ``graph_spill_fraction``
+(fitted on published results; 0 in the bare defaults, a lower bound); engines run
+concurrently (``graph_engine_overlap``, default on): compute time is the busiest
+engine's, otherwise the sum (docs/projection.md).
 """
 from __future__ import annotations
 
@@ -22,27 +22,47 @@ from torch.utils._pytree import tree_flatten
 
 from .calibration import Calibration
 from .hardware import DeviceModel
-from .kernel import roofline, tensor_bytes, tensors_in, work
+from .job import Factors, GraphWork, graph_work
+from .kernel import KernelCost, roofline, tensor_bytes, tensors_in, work
 from .recording import OpRecorder, op_name
 
 
 @dataclasses.dataclass(frozen=True)
 class GraphCost:
-    """The projected cost of one execution of one compiled graph (no launch overhead)."""
+    """The projected cost of one execution of one compiled graph (no launch overhead): its
+    ``GraphWork`` under the calibration's factors, with the per-engine and per-op detail
+    the reports show."""
 
     name: str
     nodes: int  # ATen kernels the graph contains
-    flops: int
-    bytes: int  # graph inputs + outputs
-    intermediate_bytes: int  # what its eager kernels would move beyond ``bytes``
-    engine_seconds: dict[str, float]
-    compute_seconds: float
-    memory_seconds: float
+    work: GraphWork
+    factors: Factors
+    engine_seconds: dict[str, float]  # each engine's busy time (the timeline's tracks)
     flops_by_op: dict[str, int]
 
     @property
+    def flops(self) -> int:
+        return int(self.work.flops)
+
+    @property
+    def bytes(self) -> int:  # graph inputs + outputs
+        return int(self.work.io_bytes)
+
+    @property
+    def intermediate_bytes(self) -> int:  # what its eager kernels would move beyond ``bytes``
+        return int(self.work.intermediate_bytes)
+
+    @property
+    def compute_seconds(self) -> float:
+        return self.work.compute_seconds(self.factors)
+
+    @property
+    def memory_seconds(self) -> float:
+        return self.work.memory_seconds(self.factors)
+
+    @property
     def seconds(self) -> float:
-        return max(self.compute_seconds, self.memory_seconds)
+        return self.work.seconds(self.factors) - self.factors.launch_seconds
 
     @property
     def bound(self) -> str:
@@ -63,22 +83,13 @@ def project_graph(name: str, gm: torch.nn.Module, example_inputs, device: Device
     """Run ``gm`` on fake copies of ``example_inputs`` and project it as one program."""
     example_inputs = list(example_inputs)
     fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
-    engine_seconds: dict[str, float] = defaultdict(float)
-    flops_by_op: Counter[str] = Counter()
-    nodes = eager_bytes = 0
+    kernels: list[KernelCost] = []
 
     def on_op(func, args, kwargs, out):
-        nonlocal nodes, eager_bytes
         engine, flops, elements, nbytes = work(func, args, kwargs, out)
-        if engine == "none":
-            return
-        nodes += 1
-        eager_bytes += nbytes
-        op = op_name(func)
-        cost = roofline(op, engine, flops, elements, 0, tensors_in((args, kwargs)), device, cal)
-        engine_seconds[cost.engine] += cost.compute_seconds
-        if flops:
-            flops_by_op[op] += flops
+        if engine != "none":
+            kernels.append(roofline(op_name(func), engine, flops, elements, nbytes, tensors_in((args, kwargs)),
+                                    device, cal))
 
     with fake_mode:
         inputs = [fake_mode.from_tensor(x) if isinstance(x, torch.Tensor) and not fake_mode.is_our_fake(x)
@@ -86,10 +97,12 @@ def project_graph(name: str, gm: torch.nn.Module, example_inputs, device: Device
         with OpRecorder(on_op):
             out = gm(*inputs)
     # weights held by the module (get_attr) are read from HBM like inputs
-    nbytes = _unique_bytes(inputs + list(gm.parameters()) + list(gm.buffers())) + _unique_bytes(out)
-    compute = max(engine_seconds.values(), default=0.0) if cal.graph_engine_overlap \
-        else sum(engine_seconds.values())
-    intermediate = max(0, eager_bytes - nbytes)
-    hbm_bytes = nbytes + cal.graph_spill_fraction * intermediate
-    return GraphCost(name, nodes, sum(flops_by_op.values()), nbytes, intermediate, dict(engine_seconds), compute,
-                     hbm_bytes / (device.hbm_bytes_per_s * cal.efficiency["hbm"]), dict(flops_by_op))
+    io_bytes = _unique_bytes(inputs + list(gm.parameters()) + list(gm.buffers())) + _unique_bytes(out)
+    engine_seconds: dict[str, float] = defaultdict(float)
+    flops_by_op: Counter[str] = Counter()
+    for k in kernels:
+        engine_seconds[k.engine] += k.compute_seconds
+        if k.flops:
+            flops_by_op[k.op] += k.flops
+    graph = graph_work(name, dict(enumerate(kernels)), dict.fromkeys(range(len(kernels)), 1), io_bytes, device, cal)
+    return GraphCost(name, len(kernels), graph, Factors.of(cal), dict(engine_seconds), dict(flops_by_op))

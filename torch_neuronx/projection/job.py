@@ -23,6 +23,7 @@ from .kernel import KernelCost
 
 FACTORS_FILE = Path(__file__).with_name("fitted_factors.json")
 COMPUTE_ENGINES = ("vector", "scalar", "gpsimd")
+CONTIGUITY_OP = "aten::contiguous"  # the eager device's copy of a strided input (device_dispatch.kernels_of)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,15 @@ class Factors:
     launch_seconds: float  # fixed cost of one graph launch
     collective_step_seconds: float  # latency of one step of a ring or tree collective
     spill_fraction: float  # share of the eager kernels' intermediate traffic a compiled graph still moves to HBM
+
+    @classmethod
+    def of(cls, cal: Calibration) -> "Factors":
+        """The factors a calibration holds, as the graph and job arithmetic reads them (a per-link
+        latency table counts as its slowest link)."""
+        return cls(tensor_efficiency=cal.efficiency["tensor"], hbm_efficiency=cal.efficiency["hbm"],
+                   link_efficiency=cal.efficiency["link"], launch_seconds=cal.launch_seconds["graph"],
+                   collective_step_seconds=max(cal.link_latency_seconds.values()),
+                   spill_fraction=cal.graph_spill_fraction)
 
     def calibration(self, base: Calibration) -> Calibration:
         """``base`` with these factors in force (what the eager per-op projection runs on)."""
@@ -96,23 +106,32 @@ def clear_cache() -> None:
 # --- the work of one rank, free of the fitted factors ---------------------------------------
 @dataclasses.dataclass(frozen=True)
 class GraphWork:
-    """One compiled graph of one rank (forward, backward, optimizer, prefill or decode)."""
+    """One compiled graph as one device program: a plan's (forward, backward, optimizer, prefill or
+    decode of one rank) and a ``torch.compile`` graph's (``graph.project_graph``). Its seconds are
+    computed here only."""
 
     name: str
     flops: float
     tensor_seconds_at_peak: float  # TensorE time at 100 % efficiency, at each operand dtype's rate
-    engine_seconds: float  # the busiest of VectorE / ScalarE / GpSimd (their default efficiencies)
+    engine_seconds: float  # VectorE / ScalarE / GpSimd (their calibrated efficiencies): the busiest, or the sum
     io_bytes: float  # inputs, weights and outputs: HBM traffic even when every intermediate stays on chip
     intermediate_bytes: float  # what the eager kernels move beyond io_bytes: on chip when fused
     hbm_bytes_per_s: float
     kernels: int  # eager launches (one per op)
+    engines_overlap: bool = True  # the compiler runs engines concurrently (calibration ``graph_engine_overlap``)
+
+    def compute_seconds(self, f: Factors) -> float:
+        """The busiest engine when engines overlap, else every engine one after another."""
+        tensor = self.tensor_seconds_at_peak / f.tensor_efficiency
+        return max(tensor, self.engine_seconds) if self.engines_overlap else tensor + self.engine_seconds
+
+    def memory_seconds(self, f: Factors) -> float:
+        """Its own I/O plus the spilled share of its intermediates, at the achieved HBM bandwidth."""
+        return (self.io_bytes + f.spill_fraction * self.intermediate_bytes) / (self.hbm_bytes_per_s * f.hbm_efficiency)
 
     def seconds(self, f: Factors) -> float:
-        """One launch: the busiest engine or the HBM traffic, whichever is longer (engines overlap)."""
-        compute = max(self.tensor_seconds_at_peak / f.tensor_efficiency, self.engine_seconds)
-        memory = (self.io_bytes + f.spill_fraction * self.intermediate_bytes) / (self.hbm_bytes_per_s
-                                                                                * f.hbm_efficiency)
-        return max(compute, memory) + f.launch_seconds
+        """One launch: the compute or the HBM traffic, whichever is longer, plus the launch."""
+        return max(self.compute_seconds(f), self.memory_seconds(f)) + f.launch_seconds
 
     def scaled(self, n: float) -> "GraphWork":
         """The graph of ``n`` times the work (a pipeline stage holding a share of the layers)."""
@@ -137,13 +156,15 @@ class SequenceParallel:
 
 def graph_work(name: str, kernels: Mapping[str, KernelCost], calls: Mapping[str, int], io_bytes: float,
                device: DeviceModel, cal: Calibration, sequence_parallel: SequenceParallel | None = None) -> GraphWork:
-    """The traced kernels ``calls`` (signature → count, costs projected under ``cal``) as one graph."""
+    """The traced kernels ``calls`` (signature → count, costs projected under ``cal``) as one graph.
+    The eager device's contiguity kernels (a strided input copied before its op) are left out:
+    a compiled graph folds layouts into the ops that read them."""
     tensor = flops = eager_bytes = 0.0
     engines = dict.fromkeys(COMPUTE_ENGINES, 0.0)
     launches = 0
     for key, n in calls.items():
         cost = kernels[key]
-        if cost.engine == "none":
+        if cost.engine == "none" or cost.op == CONTIGUITY_OP:
             continue
         launches += n
         flops += cost.flops * n
@@ -155,8 +176,9 @@ def graph_work(name: str, kernels: Mapping[str, KernelCost], calls: Mapping[str,
             tensor += cost.compute_seconds * cal.efficiency["tensor"] * n
         elif cost.engine in engines:
             engines[cost.engine] += cost.compute_seconds * n * share
-    return GraphWork(name, flops, tensor, max(engines.values()), io_bytes, max(0.0, eager_bytes - io_bytes),
-                     device.hbm_bytes_per_s, launches)
+    combined = max(engines.values()) if cal.graph_engine_overlap else sum(engines.values())
+    return GraphWork(name, flops, tensor, combined, io_bytes, max(0.0, eager_bytes - io_bytes),
+                     device.hbm_bytes_per_s, launches, cal.graph_engine_overlap)
 
 
 @dataclasses.dataclass(frozen=True)
