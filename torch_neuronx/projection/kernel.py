@@ -110,14 +110,16 @@ def engine_of(fn) -> str:
     if flop_formula(fn) is not None:
         return "tensor"
     name = base_name(fn)
-    if getattr(fn, "is_view", False) or name in NO_KERNEL_OPS:
+    if name in NO_KERNEL_OPS:
+        return "none"
+    if name in DMA_OPS or name.endswith("_copy"):  # ``contiguous`` aliases in its schema, but as a
+        return "dma"  # kernel (the device's copy of a strided input) it moves the tensor
+    if getattr(fn, "is_view", False):
         return "none"
     if name in SCALAR_OPS:
         return "scalar"
     if name in GPSIMD_OPS:
         return "gpsimd"
-    if name in DMA_OPS or name.endswith("_copy"):
-        return "dma"
     return "vector"
 
 
