@@ -592,6 +592,11 @@ def test_views_launch_nothing_and_a_strided_input_adds_a_contiguous_kernel():
     assert _kernels_of(lambda: a.view(32).reshape(4, 8).t().unsqueeze(0).expand(2, 8, 4).detach()) == []
     assert _kernels_of(lambda: torch.mm(a.t(), b)) == ["aten::contiguous", "aten::mm"]
     assert _kernels_of(lambda: torch.mm(a.t().contiguous(), b)) == ["aten::mm"]  # clone: a native copy
+    proj = P.Projector("trn2.3xlarge", calibration=P.defaults())
+    with P.ProjectionMode(proj) as mode:
+        torch.mm(a.t(), b)
+    copy = next(proj.kernels[k] for k in mode.calls if proj.kernels[k].op == "aten::contiguous")
+    assert (copy.engine, copy.bytes) == ("dma", 2 * a.numel() * a.element_size())  # read and written once
 
 
 def test_composite_ops_launch_the_kernels_they_call_and_empty_inputs_none():

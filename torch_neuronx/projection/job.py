@@ -117,7 +117,7 @@ class GraphWork:
     io_bytes: float  # inputs, weights and outputs: HBM traffic even when every intermediate stays on chip
     intermediate_bytes: float  # what the eager kernels move beyond io_bytes: on chip when fused
     hbm_bytes_per_s: float
-    kernels: int  # eager launches (one per op)
+    kernels: int  # its ops: eager launches one per op, less the device's contiguity copies
     engines_overlap: bool = True  # the compiler runs engines concurrently (calibration ``graph_engine_overlap``)
 
     def compute_seconds(self, f: Factors) -> float:
