@@ -613,3 +613,25 @@ def test_composite_ops_launch_the_kernels_they_call_and_empty_inputs_none():
         x + 2.5  # another value, another type: a float64 wrapped number, another key
         x + 3
     assert sorted(mode.calls.values()) == [1, 2]
+
+
+def _overload(name: str):
+    """``aten::add.Tensor`` → ``torch.ops.aten.add.Tensor``."""
+    op, _, overload = name[len("aten::"):].partition(".")
+    return getattr(getattr(torch.ops.aten, op), overload or "default")
+
+
+def test_the_trace_reads_the_fallbacks_module_init_routing_as_the_device_made_it():
+    """``device_dispatch`` tells the fallback's module-init registrations from the native kernels by
+    the rule ``route_ops_to_fallback`` applies; the device's own count of them must match, so a
+    change to the C++ rule fails here rather than silently miscounting a traced step."""
+    from torch_neuronx.projection import device_dispatch as D
+    from torch_neuronx.runtime.extension import _C
+
+    registered = [n for n in torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")
+                  if n.startswith("aten::")]
+    routed = [n for n in registered if n not in D._fallback_registrations() and D._routed_at_init(n)]
+    assert len(routed) == _C._ops_routed_to_fallback()
+    native = {n for n in registered if D.route(_overload(n)) == D.NATIVE}
+    assert {"aten::view", "aten::as_strided", "aten::_copy_from", "aten::clone", "aten::_to_copy"} <= native
+    assert not native & {"aten::mm", "aten::native_layer_norm", "aten::_foreach_add.List", "aten::atan2"}
