@@ -124,5 +124,5 @@ def _inputs(func, args: tuple, kwargs: dict) -> list:
         value = args[i] if i < len(args) else kwargs.get(arg.name)
         if arg.is_out:
             continue
-        found += [x for x in tree_flatten(value)[0] if isinstance(x, torch.Tensor) and x is not None]
+        found += [x for x in tree_flatten(value)[0] if isinstance(x, torch.Tensor)]
     return found
