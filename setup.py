@@ -28,12 +28,11 @@ CSRC = os.path.join("torch_neuronx", "csrc")
 # (each fork handler is `g_fork_handler`) sit in different units. A file in no unit is
 # compiled on its own.
 UNITY_UNITS = {
-    "aten_routes_a": ["aten/Attention.cpp", "aten/Autocast.cpp", "aten/Fallback.cpp"],
-    "aten_routes_b": ["aten/FastPath.cpp", "aten/MemoryFormat.cpp", "aten/NativeKernels.cpp"],
+    "aten_routes_a": ["aten/AttentionRoutes.cpp", "aten/AutocastRoutes.cpp", "aten/CpuFallbackRoutes.cpp"],
+    "aten_routes_b": ["aten/FastPathRoutes.cpp", "aten/MemoryFormatRoutes.cpp", "aten/NativeRoutes.cpp"],
     "aten_native": ["aten/native/Attention.cpp", "aten/native/Call.cpp",
-                    "aten/native/Fallback.cpp", "aten/native/GeneratorLease.cpp",
+                    "aten/native/CpuFallback.cpp", "aten/native/GeneratorLease.cpp",
                     "aten/native/Kernels.cpp", "aten/native/MemoryFormat.cpp"],
-    "fidelity_keys": ["fidelity/KernelKey.cpp", "fidelity/Narrowing.cpp"],
     "runtime_memory": ["runtime/Alias.cpp", "runtime/Allocator.cpp"],
     "runtime_device": ["runtime/Device.cpp", "runtime/Fork.cpp", "runtime/GraphInputs.cpp",
                        "runtime/Guard.cpp"],
@@ -100,7 +99,7 @@ setup(
     ext_modules=[
         CppExtension(
             name="torch_neuronx._C",
-            # csrc/{runtime,aten,aten/native,fidelity}: see csrc/README.md.
+            # csrc/{runtime,aten,aten/native,accounting,numerics}: see csrc/README.md.
             sources=sorted(glob.glob(os.path.join(CSRC, "**", "*.cpp"), recursive=True)),
             depends=sorted(glob.glob(os.path.join(CSRC, "**", "*.h"), recursive=True)),
             include_dirs=[os.path.abspath(CSRC)],

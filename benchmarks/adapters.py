@@ -52,23 +52,23 @@ class Adapter:
 
 
 class _Projecting:
-    """The ``neuron`` device's projection (``torch_neuronx.fidelity.projected``)."""
+    """The ``neuron`` device's projection (``torch_neuronx.accounting.projected``)."""
 
     @staticmethod
     def _spent() -> float:
         """Host seconds the projection has spent inside the run: queueing new signatures,
         projecting compiled graphs (at compile time)."""
-        from torch_neuronx.fidelity import projected
+        from torch_neuronx.accounting import projected
 
         return projected.QUEUEING.data()[1] + projected.PROJECTING.data()[1]
 
     def projection_mark(self):
-        from torch_neuronx.fidelity import projected
+        from torch_neuronx.accounting import projected
 
         return projected.mark(), self._spent()
 
     def projected(self, mark, steps: int = 1) -> dict | None:
-        from torch_neuronx.fidelity import projected
+        from torch_neuronx.accounting import projected
         from torch_neuronx.projection import get_projector
 
         counts, spent_before = mark
@@ -134,7 +134,7 @@ class NeuronEager(_Projecting, Adapter):
         return int(self.torch_neuronx.metrics()["kernels"]["misses"])
 
     def estimated_compile_s(self) -> float | None:
-        """What those compilations would cost on Trainium (the fidelity layer's estimate)."""
+        """What those compilations would cost on Trainium (the accounting layer's estimate)."""
         if not self.accounting:
             return None
         return float(self.torch_neuronx.metrics()["estimated_compile_seconds"])

@@ -95,7 +95,7 @@ def main(argv=None):
     from torch_neuronx.testing.tiny_models import tiny_qwen3
 
     try:  # the emulator's device model; the real product has none (its times are the device's)
-        from torch_neuronx.fidelity import projected
+        from torch_neuronx.accounting import projected
     except ImportError:
         projected = None
 

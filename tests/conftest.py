@@ -48,7 +48,7 @@ def _topology_is_restored():
         else:
             os.environ[name] = value
     torch.neuron._configure(topology, capacity)
-    torch_neuronx.fidelity.reconfigure(topology)
+    torch_neuronx.accounting.reconfigure(topology)
     torch.neuron.set_device(device)
     pytest.fail(f"the test changed the process topology and did not restore it: "
                 f"(device_count, capacity, current device, env) {before[1:]} -> {after[1:]}")

@@ -1,4 +1,4 @@
-"""The unboxed fast path (csrc/aten/FastPath.cpp) and the fused-SDPA choice
+"""The unboxed fast path (csrc/aten/FastPathRoutes.cpp) and the fused-SDPA choice
 (csrc/aten/native/Attention.cpp), against the same computation on CPU."""
 import os
 import subprocess
@@ -298,7 +298,7 @@ def test_fused_sdpa_can_be_turned_off_by_environment():
 
 def test_routes_are_registered_when_the_extension_loads_independent_of_python():
     """Structured and foreach ops are routed to the fallback by the extension's
-    module init (csrc/aten/Fallback.cpp), after every static registration,
+    module init (csrc/aten/CpuFallbackRoutes.cpp), after every static registration,
     so no Python import order is involved: loading `_C` alone is enough."""
     code = textwrap.dedent(f"""
         import glob, importlib.util, torch
@@ -310,7 +310,7 @@ def test_routes_are_registered_when_the_extension_loads_independent_of_python():
         print(C._ops_routed_to_fallback() > 100, has("aten::atan2", "PrivateUse1"),
               has("aten::_foreach_add_.List", "PrivateUse1"),
               has("aten::_foreach_div_.ScalarList", "PrivateUse1"),
-              "FastPath.cpp" in torch._C._dispatch_dump("aten::add.Tensor"))
+              "FastPathRoutes.cpp" in torch._C._dispatch_dump("aten::add.Tensor"))
     """)
     env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import torch_neuronx
-from torch_neuronx.fidelity import use_neff_cache
-from torch_neuronx.fidelity.neff_cache import NeffCache
+from torch_neuronx.accounting import use_neff_cache
+from torch_neuronx.accounting.neff_cache import NeffCache
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 import torch_neuronx
 from torch_neuronx import _C
-from torch_neuronx.fidelity import add_signature_listener, remove_signature_listener, use_neff_cache
-from torch_neuronx.fidelity.kernel_key import STATIC_ARGUMENTS, StaticArgument, install, validate
+from torch_neuronx.accounting import add_signature_listener, remove_signature_listener, use_neff_cache
+from torch_neuronx.accounting.kernel_key import STATIC_ARGUMENTS, StaticArgument, install, validate
 
 
 @pytest.fixture(autouse=True)
@@ -357,7 +357,7 @@ def test_listener_registration_errors():
 
 def _recorded(optimizer_class, lr_lambda, steps=4):
     """The kernels steps after the first compile, as the pilot records them."""
-    from torch_neuronx.fidelity.recompiles import RecompileRecorder
+    from torch_neuronx.accounting.recompiles import RecompileRecorder
 
     model = _mlp()
     opt = optimizer_class(model.parameters(), lr=0.1)
@@ -394,7 +394,7 @@ def test_recorder_finds_nothing_in_a_steady_loop(optimizer_class, lr_lambda):
 
 
 def test_recorder_tells_new_shapes_from_new_static_values():
-    from torch_neuronx.fidelity.recompiles import RecompileRecorder
+    from torch_neuronx.accounting.recompiles import RecompileRecorder
 
     x = _x()
     with RecompileRecorder() as recorder:

@@ -9,9 +9,9 @@ import torch
 
 import torch_neuronx
 from torch_neuronx.cli import info as info_cli
-from torch_neuronx.fidelity import host_ops
+from torch_neuronx.accounting import host_ops
 from torch_neuronx.runtime import log as run_log
-from torch_neuronx.fidelity.accounting import enabled_from_env, make_accounting, salt_of
+from torch_neuronx.accounting.signatures import enabled_from_env, make_accounting, salt_of
 from torch_neuronx.projection import compile_model
 from torch_neuronx.runtime.errors import ConfigError
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torch_neuronx
-from torch_neuronx.fidelity import narrowing as value_semantics
+from torch_neuronx.numerics import narrowing as value_semantics
 from torch_neuronx.runtime.errors import ConfigError
 
 

@@ -28,7 +28,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import torch_neuronx
 from torch_neuronx.compile import stablehlo
-from torch_neuronx.fidelity import use_neff_cache
+from torch_neuronx.accounting import use_neff_cache
 
 pytest.importorskip("torch_mlir")
 from torch._inductor import inductor_prims  # noqa: E402  (defines prims.fma)

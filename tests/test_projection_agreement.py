@@ -11,7 +11,7 @@ import torch
 
 import torch_neuronx
 from torch_neuronx import projection as P
-from torch_neuronx.fidelity import projected, use_neff_cache
+from torch_neuronx.accounting import projected, use_neff_cache
 from torch_neuronx.pilot.steps import compilation, cost, performance
 
 transformers = pytest.importorskip("transformers")

@@ -136,5 +136,5 @@ def test_reconfigure_projects_for_the_new_target(accounting, monkeypatch):
         assert p["eager"]["by_op"]["aten::mm"]["calls"] == 1 and p["unprojected_calls"] == 0
     finally:
         torch.neuron._configure(before, capacity)
-        torch_neuronx.fidelity.reconfigure(before)
+        torch_neuronx.accounting.reconfigure(before)
     assert projection.get_projector().device.instance == before.profile.name

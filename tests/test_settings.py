@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import torch_neuronx
-from torch_neuronx import fidelity
-from torch_neuronx.fidelity.accounting import make_accounting
+from torch_neuronx import accounting
+from torch_neuronx.accounting.signatures import make_accounting
 from torch_neuronx.runtime import cache_dirs, settings
 from torch_neuronx.runtime.errors import ConfigError, first_line
 
@@ -40,7 +40,7 @@ def test_every_project_variable_in_the_tree_is_declared():
 
 
 def test_the_core_reads_the_environment_only_through_the_registry():
-    core = ("runtime", "neuron", "amp", "fidelity", "compile", "distributed", "debug")
+    core = ("runtime", "neuron", "amp", "numerics", "accounting", "compile", "distributed", "debug")
     read = re.compile(r"os\.getenv\(|os\.environ\.get\(|os\.environ\[[^\]]+\](?!\s*=)|env_(?:flag|int|str|choice)\(")
     offenders = [
         f"{path.relative_to(REPO)}:{n}"
@@ -122,8 +122,8 @@ def test_reconfigure_switches_instance_capacity_and_signature_salt(clean_topolog
             props = torch.neuron.get_device_properties(0)
             assert (props.name, props.instance_type, props.logical_nc_config) == ("trn1", "trn1.2xlarge", 1)
             assert props.total_memory == 16 * GiB and torch.neuron.device_count() == 2
-            assert (fidelity._accounting.config["target"],
-                    fidelity._accounting.config["logical_nc_config"]) == ("trn1", 1)
+            assert (accounting._accounting.config["target"],
+                    accounting._accounting.config["logical_nc_config"]) == ("trn1", 1)
             import os
             assert os.environ["TORCHNEURON_INSTANCE"] == "trn1.2xlarge"  # child processes follow
             # The C++ signature salt follows: the same kernel is a new signature for trn1.
@@ -143,5 +143,5 @@ def test_reconfigure_switches_instance_capacity_and_signature_salt(clean_topolog
         # Exactly the state before the test, whatever the environment says now.
         neuron = torch.neuron
         neuron._configure(before, capacity)
-        fidelity.reconfigure(before)
+        accounting.reconfigure(before)
     assert torch.neuron.topology() == before

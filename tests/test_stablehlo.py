@@ -22,7 +22,7 @@ import torch_neuronx
 from torch_neuronx.compile import stablehlo
 from torch_neuronx.compile.kernel_lowering import KernelLoweringCollector, lower_kernel
 from torch_neuronx.projection import graph_compile_seconds
-from torch_neuronx.fidelity import use_neff_cache
+from torch_neuronx.accounting import use_neff_cache
 
 pytest.importorskip("torch_mlir")
 

@@ -49,12 +49,13 @@ def _register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    from . import amp, compile, distributed, fidelity
+    from . import accounting, amp, compile, distributed, numerics
 
+    numerics.install()
     amp.install()
     compile.install(neuron)
     distributed.install(topology)
-    fidelity.install(topology)
+    accounting.install(topology)
     if config_error is not None:
         neuron.defer_config_error(config_error)
 
@@ -71,7 +72,7 @@ def reconfigure(instance: str | None = None, hbm_per_core: int | None = None) ->
     their charge to the old cores. A bad ``instance`` raises ``ConfigError``
     and changes nothing.
     """
-    from . import fidelity, neuron
+    from . import accounting, neuron
 
     profile = _profiles.get_profile(instance) if instance is not None else None
     topology = _profiles.resolve_topology(profile)
@@ -80,28 +81,27 @@ def reconfigure(instance: str | None = None, hbm_per_core: int | None = None) ->
     if instance is not None:
         os.environ["TORCHNEURON_INSTANCE"] = instance
     neuron._configure(topology, hbm_per_core)
-    fidelity.reconfigure(topology)
+    accounting.reconfigure(topology)
 
 
 _register()
 
-from .fidelity import (  # noqa: E402  (public API of the fidelity layer, docs/fidelity.md)
+from .accounting import (  # noqa: E402  (public API of the accounting layer, docs/fidelity.md)
     clear_op_tracking,
     export_metrics,
-    get_64bit_mode,
     get_executed_ops,
     get_fallback_ops,
     get_host_ops,
     kernel_accounting_enabled,
     metrics,
     reset_metrics,
-    set_64bit_mode,
     set_host_ops,
     set_kernel_accounting,
 )
+from .numerics import get_64bit_mode, set_64bit_mode  # noqa: E402  (docs/fidelity.md, "64-bit values")
 
 # NKI emulation (docs/nki.md): `import nki` resolves to torch_neuronx.nki unless the real package is installed.
 from .nki.finder import install as _install_nki_finder  # noqa: E402
 
 _install_nki_finder()
-from .nki_op import nki_op  # noqa: E402,F401
+from .nki.torch_op import nki_op  # noqa: E402,F401

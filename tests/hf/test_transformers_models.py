@@ -124,7 +124,7 @@ def test_from_pretrained_wrong_device_index_is_a_clear_error(tmp_path):
 def test_python_indexing_mixing_slices_and_index_lists():
     """``x[:, [-1, 0]]`` (Transformers' padding check) hands the device fallback
     undefined tensors for the sliced dimension; regression for the fix in
-    csrc/aten/native/Fallback.cpp."""
+    csrc/aten/native/CpuFallback.cpp."""
     x = torch.arange(20).reshape(2, 10)
     d = x.to("neuron")
     assert torch.equal(d[:, [-1, 0]].cpu(), x[:, [-1, 0]])

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
 
     info = collect()
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(json.dumps(info, indent=2, allow_nan=False))  # strict JSON: NaN/Infinity are not JSON
     else:
         render(info)
     return ExitCode.SUCCESS

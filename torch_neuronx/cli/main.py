@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from torch_neuronx.runtime.interrupts import interrupt_signal, sigterm_as_interrupt
 
-    parser = build_parser()
     try:
+        parser = build_parser()  # imports the subcommands: an interrupt here is one line too
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             parser.print_help()

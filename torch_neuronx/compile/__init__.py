@@ -7,7 +7,7 @@ Only the light modules are imported here so that ``import torch`` stays fast;
 Dynamo loads :mod:`.backend` through the ``torch_dynamo_backends`` entry point.
 """
 from . import cache, flex_attention, inductor_device, kernel_lowering
-from .metrics import get_dynamo_metrics, reset_dynamo_metrics  # noqa: F401
+from .dynamo_metrics import get_dynamo_metrics, reset_dynamo_metrics  # noqa: F401
 
 
 def install(device_module) -> None:

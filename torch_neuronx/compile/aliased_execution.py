@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..runtime.extension import _C
-from .metrics import METRICS
+from .dynamo_metrics import METRICS
 
 
 def input_alias_counts(reset: bool = False) -> dict[str, int]:

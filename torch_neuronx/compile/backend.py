@@ -33,14 +33,14 @@ from torch._inductor.decomposition import select_decomp_table
 from torch._inductor.virtualized import V
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-from ..fidelity import projected
+from ..accounting import projected
 from ..runtime.errors import first_line
 from ..runtime.log import get_logger
 from ..runtime.settings import get_flag
 from . import artifacts, cache, device_interface, kernel_lowering, passes, stablehlo
 from .aliased_execution import alias_runner
 from ..projection import graph_compile_seconds
-from .metrics import METRICS, GraphRecord, NeuronCompilationMetrics
+from .dynamo_metrics import METRICS, GraphRecord, NeuronCompilationMetrics
 
 _log = get_logger("compile")
 artifacts.install()  # Inductor's artefacts degrade instead of breaking the job (compile/artifacts.py)
@@ -101,7 +101,7 @@ def _graph_outputs(gm: torch.fx.GraphModule) -> list[Any]:
 def _graph_compiler_config() -> dict:
     """The compiler suffix of a compiled graph's key: the eager one at ``-O2``
     (TR ``torch_neuronx/csrc/core/KernelExecution.cpp:24-57``, ``NeuronCompiler.cpp:235-256``)."""
-    from ..fidelity.accounting import compiler_config
+    from ..accounting.signatures import compiler_config
 
     topology = torch.neuron.topology()
     return {**compiler_config(topology.profile.family, topology.lnc), "opt_level": "-O2"}

@@ -81,10 +81,10 @@ def claim_graph(key: str, record: dict) -> str:
     Returns ``"memory hit"`` (already loaded in this process), ``"disk hit"``
     (in the persistent NEFF cache) or ``"compiled"`` (neuronx-cc would run).
     """
-    from .. import fidelity
-    from ..fidelity.neff_cache import Outcome
+    from .. import accounting
+    from ..accounting.neff_cache import Outcome
 
-    neff_cache = fidelity.active_neff_cache()
+    neff_cache = accounting.active_neff_cache()
     loaded = _loaded_without_cache if neff_cache is None else _loaded_graphs.setdefault(neff_cache, set())
     if key in loaded:
         return "memory hit"

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from .. import fidelity
+from .. import accounting
 from ..runtime.errors import first_line
 from ..runtime.settings import get_flag, get_str
 from . import stablehlo
@@ -254,9 +254,9 @@ def set_eager_lowering(enabled: bool) -> None:
     global _listening
     with _switch_lock:
         if enabled and not _listening:
-            fidelity.add_signature_listener(_on_new_signature)
+            accounting.add_signature_listener(_on_new_signature)
         elif not enabled and _listening:
-            fidelity.remove_signature_listener(_on_new_signature)
+            accounting.remove_signature_listener(_on_new_signature)
         _listening = bool(enabled)
 
 
@@ -276,6 +276,6 @@ def reset_eager_lowering() -> None:
 
 def install() -> None:
     """Connect the eager opt-in at import when ``TORCHNEURON_LOWER_EAGER=1``; add the metrics section."""
-    fidelity.add_metrics_section("lowering", eager_lowering_report, reset_eager_lowering)
+    accounting.add_metrics_section("lowering", eager_lowering_report, reset_eager_lowering)
     if eager_lowering_enabled():
         set_eager_lowering(True)

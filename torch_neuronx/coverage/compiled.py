@@ -56,7 +56,7 @@ def classify_failure(exc: BaseException) -> dict:
 
 def _compile_record() -> dict:
     """What ``backend="neuron"`` compiled since the last reset: graphs, how many lowered, fallbacks."""
-    from ..compile.metrics import get_dynamo_metrics
+    from ..compile.dynamo_metrics import get_dynamo_metrics
 
     metrics = get_dynamo_metrics()
     graphs = metrics["compiled_graphs"]
@@ -77,7 +77,7 @@ def _device_steps(model, ids) -> dict:
 
 def _run_compiled(name: str, step, reference: dict, cpu: dict) -> dict:
     """One compiled check: it must compile something, lower, not fall back, and match the CPU."""
-    from ..compile.metrics import reset_dynamo_metrics
+    from ..compile.dynamo_metrics import reset_dynamo_metrics
 
     if not cpu[REFERENCE[name]]["ok"]:
         return {"ok": None, "error": f"not compared: fails on CPU ({cpu[REFERENCE[name]]['error']})",

@@ -1,9 +1,9 @@
 // Python bindings of the C++ core: `torch_neuronx._C`. Every binding lives
-// here; the components are in runtime/, aten/ and fidelity/ (README.md).
+// here; the components are in runtime/, aten/, accounting/ and numerics/ (README.md).
 #include "aten/Routes.h"
 #include "aten/native/Native.h"
-#include "fidelity/Accounting.h"
-#include "fidelity/Narrowing.h"
+#include "accounting/Accounting.h"
+#include "numerics/Narrowing.h"
 #include "runtime/Alias.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
@@ -113,16 +113,16 @@ void bind_runtime(py::module& m) {
 
 void bind_routes(py::module& m) {
   m.def("_fast_path_ops", &fast_path_ops,
-        "Ops that run through the unboxed fast path (see aten/FastPath.cpp)");
+        "Ops that run through the unboxed fast path (see aten/FastPathRoutes.cpp)");
   m.def("_bit_exact_ops", &bit_exact_ops,
-        "Ops sent to the CPU kernel instead of a decomposition (see aten/Fallback.cpp)");
+        "Ops sent to the CPU kernel instead of a decomposition (see aten/CpuFallbackRoutes.cpp)");
   m.def("_ops_routed_to_fallback", &route_ops_to_fallback,
-        "How many structured and foreach ops were routed to the fallback at module init (aten/Fallback.cpp)");
+        "How many structured and foreach ops were routed to the fallback at module init (aten/CpuFallbackRoutes.cpp)");
   m.def("_set_fused_attention", &native::set_fused_attention,
-        "TORCH_NEURONX_ENABLE_NKI_SDPA: fused flash attention when possible (see aten/Attention.cpp)");
+        "TORCH_NEURONX_ENABLE_NKI_SDPA: fused flash attention when possible (see aten/AttentionRoutes.cpp)");
 }
 
-void bind_fidelity(py::module& m) {
+void bind_accounting(py::module& m) {
   m.def("_set_accounting", &set_accounting);
   m.def("_set_signature_callback", &set_signature_callback);
   m.def("_accounting_stats", []() {
@@ -156,6 +156,9 @@ void bind_fidelity(py::module& m) {
   }, "The key the boxed fallback gives a call of `op` (e.g. 'aten::add.Tensor')");
   m.def("_reset_accounting", &reset_accounting);
   m.def("_forget_signatures", &forget_signatures);
+}
+
+void bind_numerics(py::module& m) {
   m.def("_set_narrowing_mode", &set_narrowing_mode);
   m.def("_narrowing_mode", &configured_narrowing_mode);
   m.def("_suspend_narrowing", &suspend_narrowing);
@@ -168,9 +171,10 @@ PYBIND11_MODULE(_C, m) {
   using namespace torch_neuronx;
   m.doc() = "C++ core of the emulated neuron device";
   // Every static registration of this library has run by now (see
-  // aten/Fallback.cpp): route the ops that still lack a kernel.
+  // aten/CpuFallbackRoutes.cpp): route the ops that still lack a kernel.
   route_ops_to_fallback();
   bind_runtime(m);
   bind_routes(m);
-  bind_fidelity(m);
+  bind_accounting(m);
+  bind_numerics(m);
 }

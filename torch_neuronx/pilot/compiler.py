@@ -1,11 +1,11 @@
 """The graph compiler for a mode, and the metrics that explain its cost.
 
-Two sources: the fidelity layer (``torch_neuronx.metrics()``: per-shape eager
+Two sources: the accounting layer (``torch_neuronx.metrics()``: per-shape eager
 kernel compilations, NEFF cache hits, an *estimated* neuronx-cc time) and the
 compile metrics (``torch_neuronx.get_dynamo_metrics()``: graphs, recompiles
 with reasons, graph breaks, compile vs execution seconds, cache hits). Dynamo's
 own counters are recorded for any backend, so ``--device cuda`` gets graph
-counts too; the fidelity layer's accounting applies to ``neuron`` only, and other devices
+counts too; the accounting layer's counts applies to ``neuron`` only, and other devices
 get "not available" with the reason.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import contextlib
 
 import torch
 
-from .. import fidelity
+from .. import accounting
 from ..compile import get_dynamo_metrics, reset_dynamo_metrics
 
 
@@ -49,7 +49,7 @@ def fidelity_metrics(device: torch.device) -> dict:
     """``torch_neuronx.metrics()`` (without the long op lists), or why it does not apply."""
     if device.type != "neuron":
         return {"available": False, "reason": f"per-shape compilation accounting applies to neuron, not {device.type}"}
-    snap = dict(fidelity.metrics())
+    snap = dict(accounting.metrics())
     snap["executed_op_count"] = len(snap.pop("executed_ops", []) or [])
     snap["available"] = True
     return snap
@@ -78,7 +78,7 @@ def projected_compile(device: torch.device, eager_kernels: int, dynamo: dict | N
 
 
 def reset_fidelity() -> None:
-    fidelity.reset_metrics()
+    accounting.reset_metrics()
 
 
 def dynamo_metrics() -> dict:

@@ -6,7 +6,7 @@ graph compiler (or Trainium's per-shape eager compilation) compiles one decode
 step instead of one per cache length.
 
 On the ``neuron`` device the same requests are also *projected* (the device
-model of ``torch_neuronx.projection``): a ``probe`` (``fidelity.projected``)
+model of ``torch_neuronx.projection``): a ``probe`` (``accounting.projected``)
 is read between the timed regions, never inside them.
 """
 from __future__ import annotations
@@ -40,11 +40,11 @@ def _cache_kwarg(model) -> str:
 
 
 def probe_for(device: torch.device):
-    """What projects the device's work (``fidelity.projected``), or None: only the
+    """What projects the device's work (``accounting.projected``), or None: only the
     ``neuron`` device has a device model; elsewhere every figure is a host time."""
     if device.type != "neuron":
         return None
-    from ..fidelity import projected
+    from ..accounting import projected
     return projected
 
 

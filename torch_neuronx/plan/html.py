@@ -1,12 +1,12 @@
 """``plan.html``: the plan as one self-contained page in the pilot report's style
-(its CSS, markup helpers and embedded matplotlib figures)."""
+(the shared stylesheet, markup helpers and embedded matplotlib figures of ``html_report/``)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..pilot.report.html import CSS
-from ..pilot.report.markup import badge, e, img, table
-from ..pilot.report.plots import plt, png
+from ..html_report.figures import plt, png
+from ..html_report.markup import badge, e, img, table
+from ..html_report.style import CSS
 from .render import SWEEP_COLUMNS, band_note, headline, memory_rows, sweep_cells, time_rows
 
 GiB = 2**30

@@ -13,7 +13,7 @@ import dataclasses
 
 import torch
 
-from ..runtime.errors import ConfigError
+from ..runtime.errors import ConfigError, DataFileError
 from ..runtime.hardware_data import DATA_FILE, figure as _value, load_hardware_data as load_data
 from ..runtime.settings import get_int
 from ..runtime.profiles import InstanceProfile, get_profile
@@ -70,12 +70,15 @@ def device_model(instance: str | InstanceProfile | None = None, lnc: int | None 
     data = load_data()
     entry = data["instances"].get(profile.name)
     if entry is None:
-        raise ConfigError(f"no projection data for instance profile {profile.name!r}; "
-                          f"add it to {DATA_FILE}")
-    lnc = lnc if lnc is not None else get_int("NEURON_LOGICAL_NC_CONFIG", profile.default_lnc)
-    if lnc not in profile.allowed_lnc:
-        raise ConfigError(f"LNC={lnc} is not supported on {profile.name} "
-                          f"(allowed: {', '.join(map(str, profile.allowed_lnc))})")
+        raise DataFileError(f"no projection data for instance profile {profile.name!r}; "
+                            f"add it to {DATA_FILE}")
+    allowed = f"(allowed: {', '.join(map(str, profile.allowed_lnc))})"
+    if lnc is None:
+        lnc = get_int("NEURON_LOGICAL_NC_CONFIG", profile.default_lnc)
+        if lnc not in profile.allowed_lnc:
+            raise ConfigError(f"NEURON_LOGICAL_NC_CONFIG={lnc} is not supported on {profile.name} {allowed}")
+    elif lnc not in profile.allowed_lnc:
+        raise ValueError(f"LNC={lnc} is not supported on {profile.name} {allowed}")
     target = data["targets"][entry["target"]]
     core, chip = target["per_physical_core"], target["per_chip"]
     physical = profile.cores_per_chip  # read from the same table (runtime/profiles.py)

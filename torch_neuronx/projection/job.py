@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..runtime.errors import ConfigError, UsageError
+from ..runtime.errors import DataFileError, UsageError
 from .calibration import Calibration
 from .collectives import CollectiveRecord, collective_seconds
 from .hardware import LINKS, DeviceModel
@@ -62,7 +62,7 @@ def _factors_data() -> dict:
     try:
         return json.loads(FACTORS_FILE.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read the fitted factors {FACTORS_FILE}: {exc}") from None
+        raise DataFileError(f"cannot read the fitted factors {FACTORS_FILE}: {exc}") from None
 
 
 def fitted_factors() -> Factors:
@@ -93,7 +93,7 @@ def error_band(figure: str = "step_seconds") -> ErrorBand:
     ``tpot_seconds`` for inference."""
     loo = _factors_data()["leave_one_out"]
     if figure not in loo["by_figure"]:
-        raise ConfigError(f"no leave-one-out error for {figure!r}; known: {sorted(loo['by_figure'])}")
+        raise ValueError(f"no leave-one-out error for {figure!r}; known: {sorted(loo['by_figure'])}")
     entry = loo["by_figure"][figure]
     return ErrorBand(figure, entry["max_abs_error"], entry["rows"], loo["rows"])
 

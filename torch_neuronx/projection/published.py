@@ -6,7 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..runtime.errors import ConfigError
+from ..runtime.errors import DataFileError
 from .job import CommWork, GraphWork, InferenceWork, TrainingWork
 
 RESULTS_FILE = Path(__file__).with_name("published_results.json")
@@ -65,6 +65,6 @@ def load_work(path: Path = WORK_FILE) -> dict[str, TrainingWork | InferenceWork]
     try:
         data = json.loads(path.read_text(encoding="utf-8"))["rows"]
     except (OSError, json.JSONDecodeError, KeyError) as exc:
-        raise ConfigError(f"cannot read the traced work of the published rows {path}: {exc}; "
-                          "run `torchneuron plan --validate --retrace`") from None
+        raise DataFileError(f"cannot read the traced work of the published rows {path}: {exc}; "
+                            "run `torchneuron plan --validate --retrace`") from None
     return {row: _work_from_dict(dict(d)) for row, d in data.items()}

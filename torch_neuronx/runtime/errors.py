@@ -15,6 +15,13 @@ class UsageError(UserError):
     """A command-line mistake: a flag, argument or output path the command cannot use."""
 
 
+class DataFileError(RuntimeError):
+    """A data file shipped with the package (``projection/hardware.json``, the fitted factors,
+    the traced published work) is missing, unreadable or lacks an entry: a broken install or
+    a stale file, not the user's input, so not a :class:`UserError`. The message names the
+    file and how to regenerate it where it is generated."""
+
+
 def first_line(exc: BaseException, limit: int | None = None) -> str:
     """``"TypeName: first line of the message"`` (at most ``limit`` characters of
     message), for reports and logs that show one line per failure."""

@@ -132,24 +132,24 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        "internal: the `TORCHINDUCTOR_CACHE_DIR` we chose, so a child process given another "
        "`TORCH_NEURONX_NEFF_CACHE_DIR` follows its own", "ours", "compile/cache.py",
        default_text="set by us"),
-    # --- fidelity ----------------------------------------------------------
+    # --- accounting and numerics ------------------------------------------
     _S("NEURON_CC_FLAGS", "str", "", "compiler flags; part of every kernel signature", "product",
-       "fidelity/accounting.py"),
+       "accounting/signatures.py"),
     _S("NEURON_COMPILER_OPT_LEVEL", "str", "-O1", "compiler optimisation level; part of every kernel signature",
-       "product", "fidelity/accounting.py"),
+       "product", "accounting/signatures.py"),
     _S("TORCHNEURON_KERNEL_ACCOUNTING", "flag", True,
-       "`0` turns per-signature accounting and op tracking off", "ours", "fidelity/accounting.py"),
+       "`0` turns per-signature accounting and op tracking off", "ours", "accounting/signatures.py"),
     _S("TORCHNEURON_COMPILE_SECONDS_PER_KERNEL", "float", None,
        "overrides the **projected** neuronx-cc start-up per compiled program (eager kernel or graph)", "ours",
        "projection/compile_time.py", minimum=0,
        default_text="`projection/hardware.json` `compile_time.seconds_per_program` (2.0)"),
     _S("TORCHNEURON_HOST_OPS", "list", None, "comma-separated ops reported as host (CPU) fallbacks", "ours",
-       "fidelity/host_ops.py", default_text="linalg decompositions"),
+       "accounting/host_ops.py", default_text="linalg decompositions"),
     _S("TORCHNEURON_64BIT", "choice", "narrow",
        "`narrow`: int64 wraps as int32, float64 has float32 precision (warn once); `strict`: raise; "
-       "`off`: keep 64-bit values", "ours", "fidelity/narrowing.py", choices=("off", "narrow", "strict")),
+       "`off`: keep 64-bit values", "ours", "numerics/narrowing.py", choices=("off", "narrow", "strict")),
     _S("TORCH_NEURONX_METRICS_DIR", "str", None, "write `metrics-<pid>.json` / `.csv` at exit", "product",
-       "fidelity/__init__.py"),
+       "accounting/__init__.py"),
     _S("TORCH_NEURONX_LOG_LEVEL", "str", "1", "`0` error … `3` debug, or a logging level name", "product",
        "runtime/log.py"),
     # --- compile -------------------------------------------------------------

@@ -1,6 +1,6 @@
 // What the route tables in this folder registered, for bindings, tests and
-// docs (each table is one file: NativeKernels, FastPath, Fallback,
-// Attention, Autocast, MemoryFormat).
+// docs (each table is one file, named <route>Routes.cpp: Native, FastPath,
+// CpuFallback, Attention, Autocast, MemoryFormat).
 #pragma once
 
 #include <cstdint>
@@ -9,9 +9,9 @@
 
 namespace torch_neuronx {
 
-// Ops with an unboxed fast-path kernel (FastPath.cpp).
+// Ops with an unboxed fast-path kernel (FastPathRoutes.cpp).
 std::vector<std::string> fast_path_ops();
-// Ops sent to the CPU kernel instead of PyTorch's decomposition (Fallback.cpp).
+// Ops sent to the CPU kernel instead of PyTorch's decomposition (CpuFallbackRoutes.cpp).
 const std::vector<std::string>& bit_exact_ops();
 // Sends structured ops and the single-kernel foreach ops straight to the
 // fallback; returns how many were routed. Idempotent: the first call (at

@@ -14,7 +14,7 @@
 // must not keep is state owned by threads fork() did not copy (locks) and
 // counters that describe the parent's life: each component resets those in
 // its own handler (Device.cpp, Allocator.cpp, HostPool.cpp, Hooks.cpp,
-// fidelity/Accounting.cpp, fidelity/KernelKey.cpp).
+// accounting/Accounting.cpp, accounting/KernelKey.cpp).
 #include "runtime/Fork.h"
 
 #include <c10/util/Exception.h>

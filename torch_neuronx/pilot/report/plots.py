@@ -1,24 +1,12 @@
-"""The report's figures, drawn with matplotlib and embedded as base64 PNG (works offline)."""
+"""The pilot report's figures (latency, loss curves, errors, compile and projected time),
+drawn with matplotlib and embedded as base64 PNG (``html_report/figures.py``)."""
 from __future__ import annotations
 
-import base64
-import io
+from matplotlib.ticker import MaxNLocator
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from ...html_report.figures import plt, png
 
 COLORS = {"eager": "#1f77b4", "compile": "#ff7f0e", "cpu": "#7f7f7f", "device": "#d62728"}
-
-
-def png(fig) -> str:
-    buf = io.BytesIO()
-    fig.tight_layout()
-    fig.savefig(buf, format="png", dpi=96)
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 def latency(generation: dict) -> str | None:

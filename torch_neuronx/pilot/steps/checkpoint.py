@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
+from ...html_report.markup import e, num, table
 from .. import fresh_process
-from ..report.markup import e, num, table
 from ..report.schema import Check
 
 TITLE = "Checkpoint round trip (fresh process)"

@@ -7,9 +7,9 @@ import time
 
 import torch
 
+from ...html_report.markup import e, img, num, table
 from .. import compiler, perf
 from ..report import plots
-from ..report.markup import e, img, num, table
 from ..report.schema import Check
 
 TITLE = "Compilation"

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...html_report.markup import e, num, table
 from ...projection import LABEL, Price, price as price_table
-from ..report.markup import e, num, table
 from .compilation import CompilationResult
 from .finetune import FinetuneResult
 from .performance import COMPILE_TIME_BASIS, PerformanceResult, band_note, band_notes, band_text

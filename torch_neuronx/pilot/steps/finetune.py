@@ -10,9 +10,9 @@ import time
 
 import torch
 
+from ...html_report.markup import e, img, table
 from ..config import Tolerance
 from ..report import plots
-from ..report.markup import e, img, table
 from ..report.schema import Check
 
 TITLE = "Fine-tune loss curve vs CPU"
@@ -80,7 +80,7 @@ def _recorder(device, steps: int):
 
     if device.type != "neuron" or steps < 2 or not torch_neuronx.kernel_accounting_enabled():
         return contextlib.nullcontext()
-    from torch_neuronx.fidelity.recompiles import RecompileRecorder
+    from torch_neuronx.accounting.recompiles import RecompileRecorder
 
     return RecompileRecorder()
 

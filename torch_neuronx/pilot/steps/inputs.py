@@ -4,9 +4,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from ...html_report.markup import e
 from ..config import PilotConfig, PilotError
 from ..inputs import KnownInputs, build_inputs, load_inputs
-from ..report.markup import e
 
 TITLE = "Known inputs"
 

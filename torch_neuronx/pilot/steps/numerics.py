@@ -5,9 +5,9 @@ import dataclasses
 
 import torch
 
+from ...html_report.markup import badge, e, img, num, table
 from ..config import Tolerance
 from ..report import plots
-from ..report.markup import badge, e, img, num, table
 from ..report.schema import Check
 
 TITLE = "Numerical behaviour vs CPU"

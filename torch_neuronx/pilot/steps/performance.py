@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...html_report.markup import e, img, num, table
 from .. import perf
 from ...projection import LABEL, error_band as published_band
 from ..report import plots
-from ..report.markup import e, img, num, table
 
 TITLE = "Performance"
 

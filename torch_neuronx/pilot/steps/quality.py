@@ -6,8 +6,8 @@ import math
 
 import torch
 
+from ...html_report.markup import e, num, table
 from ..config import Tolerance
-from ..report.markup import e, num, table
 from ..report.schema import Check
 
 TITLE = "Output quality vs CPU"

@@ -1,5 +1,5 @@
 // Which kernel runs scaled_dot_product_attention on neuron (registered in
-// aten/Attention.cpp).
+// aten/AttentionRoutes.cpp).
 //
 // PyTorch asks a per-device "fused SDPA choice" stub; a device without one
 // gets the math decomposition (bmm, softmax, bmm and their backward: several

@@ -1,6 +1,6 @@
 // One neuron op running as a CPU kernel on zero-copy aliases.
 //
-// Shared by the boxed fallback (Fallback.cpp, every op) and the unboxed
+// Shared by the boxed fallback (CpuFallback.cpp, every op) and the unboxed
 // fast path (FastPath.h, the hottest ops): both alias the neuron
 // arguments, check devices, run the CPU kernel, then bring written arguments
 // and results back to the device the same way.
@@ -11,7 +11,7 @@
 // avoid. The caller keeps the originals alive for the whole call.
 #pragma once
 
-#include "fidelity/Narrowing.h"
+#include "numerics/Narrowing.h"
 #include "runtime/Alias.h"
 #include "runtime/Device.h"
 

@@ -12,10 +12,10 @@
 // CallState as in the fallback, so behaviour is identical, and each call gets
 // the fallback's kernel key (an out= argument keyed as an output, KernelKey.h).
 // Random ops stay on the fallback. The list of ops is the route table
-// aten/FastPath.cpp.
+// aten/FastPathRoutes.cpp.
 #pragma once
 #include "aten/native/Call.h"
-#include "fidelity/Accounting.h"
+#include "accounting/Accounting.h"
 #include "runtime/HostPool.h"
 
 #include <ATen/Operators.h>

@@ -1,12 +1,12 @@
 // Native neuron kernels: memory, metadata and copies (registered in
-// aten/NativeKernels.cpp).
+// aten/NativeRoutes.cpp).
 //
 // These must not go through the fallback: factories allocate on the right
 // core, views must share the neuron storage itself (not an alias of it), and
 // copies are where host<->device transfers happen. Views reuse PyTorch's
 // device-generic implementations, since neuron memory is host memory.
 #include "aten/native/Native.h"
-#include "fidelity/Narrowing.h"
+#include "numerics/Narrowing.h"
 #include "runtime/Alias.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"

@@ -1,6 +1,6 @@
 // The neuron kernels of ATen ops, registered by the route tables in aten/:
-// NativeKernels.cpp (memory, views, copies), MemoryFormat.cpp (layout
-// checks), Attention.cpp (SDPA backend choice).
+// NativeRoutes.cpp (memory, views, copies), MemoryFormatRoutes.cpp (layout
+// checks), AttentionRoutes.cpp (SDPA backend choice).
 #pragma once
 
 #include <ATen/ATen.h>

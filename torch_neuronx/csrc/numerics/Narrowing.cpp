@@ -3,7 +3,7 @@
 // Results and written arguments of int64/float64 dtype are scanned after each
 // kernel (aten/native/Call.cpp) and after host-to-device copies; a value that
 // changes in 32 bits is narrowed (warn once) or raises (strict).
-#include "fidelity/Narrowing.h"
+#include "numerics/Narrowing.h"
 
 #include <atomic>
 #include <cmath>
@@ -15,7 +15,7 @@ std::atomic<int> g_narrowing{0};
 
 // Formatting a tensor for print() computes float64 temporaries on the device;
 // narrowing them would warn about values the user never had. Python suspends
-// narrowing on the printing thread only (fidelity/tensor_print.py).
+// narrowing on the printing thread only (numerics/tensor_print.py).
 thread_local int t_narrowing_suspended = 0;
 
 // Whether any value of a contiguous int64/float64 tensor changes when kept

@@ -13,11 +13,11 @@
 // One call, in named steps: check_implemented, alias_arguments (aliasing,
 // device notes, generator argument), check_devices, lease_generator,
 // account_kernel, run_on_cpu, then sync_written_args and map_results.
-#include "aten/native/Fallback.h"
+#include "aten/native/CpuFallback.h"
 
 #include "aten/native/Call.h"
 #include "aten/native/GeneratorLease.h"
-#include "fidelity/Accounting.h"
+#include "accounting/Accounting.h"
 #include "runtime/HostPool.h"
 
 #include <c10/util/SmallVector.h>

@@ -1,7 +1,7 @@
 """64-bit value semantics of the device (int64 as int32, float64 as float32).
 
 The narrowing itself runs in C++ on every value that lands in device memory
-(``csrc/fidelity/Narrowing.cpp``); this module only selects the mode.
+(``csrc/numerics/Narrowing.cpp``); this module only selects the mode.
 """
 from __future__ import annotations
 

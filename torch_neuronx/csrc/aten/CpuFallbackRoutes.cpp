@@ -1,4 +1,4 @@
-// Route table: ops that run the boxed fallback (native/Fallback.cpp).
+// Route table: ops that run the boxed fallback (native/CpuFallback.cpp).
 //
 //   * every op without a neuron kernel (the catch-all below);
 //   * ops PyTorch would decompose, sent to the CPU kernel for bit-exact
@@ -7,7 +7,7 @@
 //     list, and structured ops, routed past PyTorch's out= wrapper (both
 //     registered once at module init by route_ops_to_fallback).
 #include "aten/Routes.h"
-#include "aten/native/Fallback.h"
+#include "aten/native/CpuFallback.h"
 
 #include <torch/library.h>
 

@@ -1,4 +1,5 @@
-"""Small HTML builders shared by the page frame (``html.py``) and each step's section."""
+"""Small HTML builders (escaped text, badges, tables, embedded figures) of the pilot report
+and the plan page."""
 from __future__ import annotations
 
 import html

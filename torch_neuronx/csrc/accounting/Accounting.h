@@ -3,7 +3,7 @@
 // when accounting is on; the key itself is built by KernelKey.h.
 #pragma once
 
-#include "fidelity/KernelKey.h"
+#include "accounting/KernelKey.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>

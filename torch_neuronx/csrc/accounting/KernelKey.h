@@ -1,6 +1,6 @@
 // The eager kernel key (KernelKey.cpp): what makes two calls one compiled
 // kernel on the real product (TR torch_neuronx/kernels/base.py:103-160; the
-// policy table is torch_neuronx/fidelity/kernel_key.py).
+// policy table is torch_neuronx/accounting/kernel_key.py).
 //
 // Key = op overload + per argument: tensors by shape and dtype (0-dim CPU
 // tensors too; strides are not part of it), the arguments the op declares

@@ -6,7 +6,7 @@ input, not a compile) and the *value* of the arguments an op declares static
 (TR ``torch_neuronx/kernels/base.py:103-160``; TR and its public URL: ARCHITECTURE.md,
 "How the real product is cited"). This table lists those static
 arguments, one row per (op, argument name), each with its source. C++ resolves
-it once per schema to a bitmask of argument indices (``fidelity/Accounting.cpp``),
+it once per schema to a bitmask of argument indices (``csrc/accounting/Accounting.cpp``),
 so the per-call cost does not depend on the table's size.
 
 ``op`` is a full overload (``aten::add.Tensor``), an op name covering all its

@@ -4,9 +4,9 @@
 // configuration is compiled once into a NEFF and cached. Here every kernel the
 // fallback or the fast path runs is keyed; the first time a signature is seen
 // in this process, a Python callback consults the persistent cache
-// (fidelity/neff_cache.py) and the signature listeners. Repeats only bump
+// (accounting/neff_cache.py) and the signature listeners. Repeats only bump
 // counters.
-#include "fidelity/Accounting.h"
+#include "accounting/Accounting.h"
 #include "runtime/Fork.h"
 
 #include <torch/csrc/jit/python/pybind_utils.h>

@@ -1,5 +1,5 @@
 // The eager kernel key: hashing one call's arguments (see KernelKey.h).
-#include "fidelity/KernelKey.h"
+#include "accounting/KernelKey.h"
 #include "runtime/Fork.h"
 
 #include <array>

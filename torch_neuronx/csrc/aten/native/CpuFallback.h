@@ -1,5 +1,5 @@
-// The boxed fallback kernel (Fallback.cpp): runs any op's CPU kernel in
-// place on the device memory. Registered by aten/Fallback.cpp.
+// The boxed CPU fallback kernel (CpuFallback.cpp): runs any op's CPU kernel
+// in place on the device memory. Registered by aten/CpuFallbackRoutes.cpp.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>

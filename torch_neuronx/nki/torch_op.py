@@ -70,7 +70,7 @@ def nki_op(name: str, fn: Callable | None = None, /, *, mutates_args: str | Iter
     """
     if fn is None:
         return functools.partial(nki_op, name, mutates_args=mutates_args, schema=schema)
-    from .nki.jit import Kernel  # the emulator loads on first registration, not at `import torch`
+    from .jit import Kernel  # the emulator loads on first registration, not at `import torch`
 
     impl = fn
     if isinstance(fn, Kernel):
@@ -84,7 +84,7 @@ def nki_op(name: str, fn: Callable | None = None, /, *, mutates_args: str | Iter
     op = torch.library.custom_op(name, impl, mutates_args=mutates_args, device_types="cpu", schema=schema)
     op.register_fake(_fake_by_running(impl))
     _declare_non_tensor_arguments_static(op)
-    from .compile.stablehlo import register_custom_call
+    from ..compile.stablehlo import register_custom_call
 
     register_custom_call(op._opoverload._schema.name)
     return op
@@ -97,7 +97,7 @@ _NKI_COMPILE_KEY = ("docs how-to-work-with-nki: an NKI kernel compiles per (shap
 def _declare_non_tensor_arguments_static(op) -> None:
     """Every non-tensor argument goes into the op's kernel key by value, as the real product
     compiles an NKI kernel per non-tensor arguments (unlike ATen ops, whose scalars are inputs)."""
-    from .fidelity.kernel_key import StaticArgument, add_static_arguments
+    from ..accounting.kernel_key import StaticArgument, add_static_arguments
 
     schema = op._opoverload._schema
     name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name

@@ -1,5 +1,6 @@
-"""Trainium fidelity: compilation accounting, op tracking, 64-bit semantics,
-metrics. See ``docs/fidelity.md``.
+"""Kernel-compilation accounting: what the real product would compile and cache per
+kernel signature, the ops it runs on the host, and the ``metrics()`` snapshot.
+See ``docs/fidelity.md``.
 
 ``install`` runs once from ``torch_neuronx._register``; the functions below
 are re-exported as ``torch_neuronx.<name>``.
@@ -12,18 +13,16 @@ from ..runtime.extension import _C
 from ..runtime import log, settings
 from . import kernel_key as _kernel_key
 from . import listeners as _listeners
-from . import metrics as _metrics
+from . import metrics_snapshot as _metrics
 from . import projected as _projected
-from . import tensor_print
-from .accounting import Accounting, compiler_config, enabled_from_env, make_accounting, salt_of
+from .signatures import Accounting, compiler_config, enabled_from_env, make_accounting, salt_of
 from .listeners import add_signature_listener, remove_signature_listener
-from .narrowing import get_64bit_mode, mode_from_env, set_64bit_mode
 from .neff_cache import NeffCache
 
 __all__ = [
-    "add_metrics_section", "add_signature_listener", "clear_op_tracking", "export_metrics", "get_64bit_mode",
+    "add_metrics_section", "add_signature_listener", "clear_op_tracking", "export_metrics",
     "get_executed_ops", "get_fallback_ops", "get_host_ops", "kernel_accounting_enabled", "metrics",
-    "remove_signature_listener", "reset_metrics", "set_64bit_mode", "set_host_ops",
+    "remove_signature_listener", "reset_metrics", "set_host_ops",
     "set_kernel_accounting", "use_neff_cache",
 ]
 
@@ -34,8 +33,6 @@ _enabled = False
 def install(topology) -> None:
     global _accounting
     log.configure()
-    set_64bit_mode(mode_from_env())
-    tensor_print.install()
     _accounting = make_accounting(topology.profile.family, topology.lnc)
     _kernel_key.install()
     _C._set_signature_callback(_on_new_signature)
@@ -57,7 +54,7 @@ def reconfigure(topology) -> None:
 
 def _on_new_signature(op: str, key: str, description: str, args: tuple) -> None:
     """C++ calls this once per signature new to the process: count it, then
-    tell the listeners (fidelity/listeners.py)."""
+    tell the listeners (accounting/listeners.py)."""
     _accounting.on_new_signature(op, key, description)
     _listeners.notify(op, key, args)
 
@@ -131,7 +128,7 @@ def metrics() -> dict:
 
 
 def add_metrics_section(name: str, read, reset) -> None:
-    """Let a higher layer add a section to ``metrics()`` (see ``fidelity/metrics.py``)."""
+    """Let a higher layer add a section to ``metrics()`` (see ``accounting/metrics_snapshot.py``)."""
     _metrics.add_section(name, read, reset)
 
 

@@ -19,9 +19,9 @@ import torch
 from ..runtime.extension import _C
 from ..projection import compile_model, project_compile
 from ..runtime import metrics_registry as registry
-from .accounting import Accounting
+from .signatures import Accounting
 from .compilation_cache import compilation_cache_stats
-from .narrowing import get_64bit_mode
+from ..numerics.narrowing import get_64bit_mode
 
 SCHEMA_VERSION = 1
 
@@ -145,7 +145,7 @@ _sections: dict[str, tuple[Callable[[], dict], Callable[[], None]]] = {}
 def add_section(name: str, read: Callable[[], dict], reset: Callable[[], None]) -> None:
     """Add ``name: read()`` to every snapshot; ``reset()`` runs with ``reset_metrics()``.
 
-    Layers above fidelity cannot be imported here, so they register themselves; the section
+    Layers above accounting cannot be imported here, so they register themselves; the section
     is a store of the metrics registry too, so ``clear_counters()`` forgets it."""
     _sections[name] = (read, reset)
     registry.register_store(f"metrics.{name}", read, reset, f"the {name!r} section of metrics()",
