@@ -586,8 +586,9 @@ def _kernels_of(step) -> list[str]:
 
 
 def test_views_launch_nothing_and_a_strided_input_adds_a_contiguous_kernel():
-    """Source notes torchneuron-source-2026-04.md §4: views are whitelisted (no kernel); §1 "What is
-    and is not in the key": a non-contiguous input is made contiguous by its own kernel first."""
+    """The real product whitelists views (no kernel: TR csrc/core/NeuronBindings.cpp:170-229) and makes
+    a non-contiguous input contiguous by its own kernel first (NeuronBindings.cpp:87-140,
+    argument_processor.py:77-98)."""
     a, b = torch.randn(8, 4), torch.randn(8, 4)
     assert _kernels_of(lambda: a.view(32).reshape(4, 8).t().unsqueeze(0).expand(2, 8, 4).detach()) == []
     assert _kernels_of(lambda: torch.mm(a.t(), b)) == ["aten::contiguous", "aten::mm"]
@@ -602,7 +603,7 @@ def test_views_launch_nothing_and_a_strided_input_adds_a_contiguous_kernel():
 def test_composite_ops_launch_the_kernels_they_call_and_empty_inputs_none():
     """The device runs a composite op as the ops it calls (embedding is an index_select, a
     Python number in a tensor argument is a wrapped 0-dim tensor); an empty input compiles
-    nothing (§1, "Empty tensors")."""
+    nothing (TR python_ops/torch_mlir/kernel.py:818-844)."""
     weight, ids = torch.randn(16, 4), torch.tensor([[1, 2, 3]])
     assert _kernels_of(lambda: torch.nn.functional.embedding(ids, weight)) == ["aten::index_select"]
     assert _kernels_of(lambda: torch.empty(0, 4) * 2) == []

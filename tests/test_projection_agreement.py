@@ -87,10 +87,11 @@ def test_metrics_pilot_and_benchmarks_show_the_same_compile_step_and_dollars(job
 
 # --- the plan's trace against the device path ------------------------------------------------------
 # The plan traces on fake tensors, which launch nothing; what it counts must be what the eager
-# device counts for the same work. The device's rules (source notes torchneuron-source-2026-04.md):
-# views launch no kernel (§4 "What falls back": view ops are whitelisted); a strided input is made
-# contiguous by its own kernel first and an empty input compiles nothing (§1 "What is and is not
-# in the key"); a kernel's key is its shapes and dtypes, static arguments by value (§1 "Key format").
+# device counts for the same work. The real product's rules (ARCHITECTURE.md, "How the real product
+# is cited"): views launch no kernel (TR csrc/core/NeuronBindings.cpp:170-229); a strided input is made
+# contiguous by its own kernel first (NeuronBindings.cpp:87-140) and an empty input compiles nothing
+# (python_ops/torch_mlir/kernel.py:818-844); a kernel's key is its shapes and dtypes, static arguments
+# by value (torch_neuronx/kernels/base.py:103-160).
 
 def _tiny_gpt2():
     cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=128, n_positions=64,

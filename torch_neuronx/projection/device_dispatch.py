@@ -14,7 +14,9 @@ The device decides in PyTorch's dispatcher (``csrc/aten/README.md``), first matc
 
 No table here repeats the C++ lists: this module asks the live dispatcher and ``_C``.
 What an accounted call adds (a ``contiguous`` kernel per strided input, nothing for an empty
-input) is the accounting's rule (``csrc/fidelity/Accounting.cpp``), applied by :func:`kernels_of`.
+input) is the accounting's rule (``csrc/accounting/Accounting.cpp``), applied by :func:`kernels_of`.
+The real product's rules they follow: ops with neither a device nor a composite kernel fall back
+(TR ``csrc/core/NeuronBindings.cpp:232-246``), views are whitelisted (``NeuronBindings.cpp:170-229``).
 """
 from __future__ import annotations
 
@@ -68,14 +70,15 @@ def composite_key(func: torch._ops.OpOverload) -> DispatchKey | None:
 
 def kernel_key(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> str:
     """The device's key of a call (``_C._kernel_key``): shapes and dtypes, static arguments by
-    value, other scalars by type (source notes §1, "Key format")."""
+    value, other scalars by type (TR ``torch_neuronx/kernels/base.py:103-160``)."""
     return _C._kernel_key(func.name(), *args, **kwargs)
 
 
 def kernels_of(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[tuple[str, str, tuple]]:
     """``(op, key, boxed args)`` of each kernel an accounted call launches, in order: none if an
-    input is empty (the real product short-circuits it, §1), else one ``contiguous`` kernel per
-    strided input and then the op itself (§1, "What is and is not in the key")."""
+    input is empty (the real product short-circuits it: TR ``python_ops/torch_mlir/kernel.py:818-844``),
+    else one ``contiguous`` kernel per strided input (``csrc/core/NeuronBindings.cpp:87-140``,
+    ``argument_processor.py:77-98``) and then the op itself."""
     args, kwargs = _wrapped_numbers(func, args, kwargs)
     inputs = _inputs(func, args, kwargs)
     if any(t.numel() == 0 for t in inputs):
