@@ -51,3 +51,16 @@ def test_no_command_prints_the_help_and_is_a_user_error(capsys):
 def test_a_successful_command_exits_through_the_map(capsys):
     assert main(["info", "--json"]) is ExitCode.SUCCESS
     assert capsys.readouterr().out.lstrip().startswith("{")
+
+
+def test_a_bug_in_a_command_is_its_traceback_and_exit_3(monkeypatch, capsys):
+    import torch_neuronx.cli.info as info
+
+    def broken(args):
+        raise RuntimeError("a bug in the command")
+
+    monkeypatch.setattr(info, "run", broken)
+    assert main(["info"]) is ExitCode.INTERNAL_ERROR
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: a bug in the command" in err
+    assert err.rstrip().splitlines()[-1].startswith("error: internal error")

@@ -6,13 +6,15 @@ which registers its arguments and sets ``func`` to the function that runs it
 (``runtime/exit_codes.py``): a :class:`UserError` — a command-line mistake
 (:class:`UsageError`, a bad flag included) or an environment variable the
 runtime cannot use (:class:`ConfigError`) — is one line on stderr and
-``USER_ERROR``; SIGINT / SIGTERM is one line and ``INTERRUPTED`` / ``TERMINATED``.
+``USER_ERROR``; SIGINT / SIGTERM is one line and ``INTERRUPTED`` / ``TERMINATED``;
+any other exception is a bug of ours: its traceback, then ``INTERNAL_ERROR``.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+import traceback
 
 from torch_neuronx.runtime.errors import UsageError, UserError
 from torch_neuronx.runtime.exit_codes import ExitCode, interrupted_by
@@ -63,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         signum = interrupt_signal(exc)
         print(f"error: interrupted by {signum.name}", file=sys.stderr)
         return interrupted_by(signum)
+    except Exception:  # not the user's doing: the traceback is what a bug report needs
+        traceback.print_exc()
+        print("error: internal error in torchneuron (the traceback above is for a bug report)", file=sys.stderr)
+        return ExitCode.INTERNAL_ERROR
 
 
 if __name__ == "__main__":
