@@ -5,12 +5,12 @@ functions) and AOT graphs (ATen) both reach ATen ops with shapes and no data.
 Its kernels (a cast among them: a ``convert``; a copy that keeps its dtype is
 nothing in a graph, ``kernel.in_graph``) are gathered into the plan's
 ``job.GraphWork`` by ``job.graph_work``, and its seconds are ``GraphWork``'s: the
-compiler keeps intermediates on chip where
-it can, so the graph's inputs, weights and outputs are HBM traffic and of the rest
-its eager kernels would move only the calibration's ``graph_spill_fraction``
-(fitted on published results; 0 in the bare defaults, a lower bound); engines run
-concurrently (``graph_engine_overlap``, default on): compute time is the busiest
-engine's, otherwise the sum (docs/projection.md).
+compiler keeps intermediates on chip where it can, so the graph's inputs, weights
+and outputs are HBM traffic and of the rest its eager kernels would move only the
+calibration's ``graph_spill_fraction`` (fitted on published results; 0 in the bare
+defaults, a lower bound); engines run concurrently (``graph_engine_overlap``,
+default on): compute time is the busiest engine's, otherwise the sum
+(docs/projection.md).
 """
 from __future__ import annotations
 
