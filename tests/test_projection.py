@@ -2,6 +2,7 @@
 import dataclasses
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -276,6 +277,53 @@ def test_fitted_graph_is_the_plans_graph_work_spill_included(monkeypatch):
     assert proj.graphs_summary({"pointwise": 1})["device_seconds"] == pytest.approx(plan_work.seconds(f))
     assert P.Projector("trn2.3xlarge", calibration=P.defaults()).add_graph(
         "pointwise", torch.fx.symbolic_trace(_Pointwise()), [x]).seconds < g.seconds  # bare defaults: no spill
+
+
+_HLO_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4}
+_HLO_CONVERT = re.compile(r"stablehlo\.convert .*: \(tensor<([\dx]+)x(\w+)>\) -> tensor<[\dx]+x(\w+)>")
+
+
+def _converts_in(text: str) -> tuple[int, int]:
+    """(count, bytes read + written) of the ``stablehlo.convert`` ops of a lowered graph."""
+    found = _HLO_CONVERT.findall(text)
+    return len(found), sum(math.prod(map(int, shape.split("x"))) * (_HLO_BYTES[a] + _HLO_BYTES[b])
+                           for shape, a, b in found)
+
+
+def test_a_compiled_graph_moves_its_casts_bytes_as_the_lowering_converts():
+    """The eager device launches no kernel for a cast or a copy (``_to_copy``, ``clone``: native),
+    but the same code compiled lowers each cast to a ``stablehlo.convert`` and a copy that keeps its
+    dtype to nothing. The traced run counts the casts apart (``converts``), and a graph's work, from
+    ``project_graph`` or from the plan's ``graph_work``, moves exactly the converts' bytes."""
+    pytest.importorskip("torch_mlir")
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from torch_neuronx.compile import stablehlo
+    from torch_neuronx.projection import job
+
+    def f(x, w):
+        y = x.to(torch.bfloat16) @ w.to(torch.bfloat16)  # two casts
+        return y.clone().float() + x.t().contiguous().t()  # a clone (nothing), a cast, a layout copy
+
+    x, w = torch.randn(64, 128), torch.randn(128, 128)
+    gm = make_fx(f, tracing_mode="fake")(x, w)
+    converts, convert_bytes = _converts_in(stablehlo.lower_fx_graph(gm).text)
+    assert (converts, convert_bytes) == (3, (4 + 2) * (64 * 128 + 128 * 128 + 64 * 128))
+
+    proj = P.Projector("trn2.3xlarge", calibration=P.defaults())
+    with P.ProjectionMode(proj) as eager:
+        f(x, w)
+    assert sorted(proj.kernels[k].op for k in eager.calls) == ["aten::add.Tensor", "aten::contiguous", "aten::mm"]
+    assert sum(eager.converts.values()) == converts
+    assert sum(proj.kernels[k].bytes * n for k, n in eager.converts.items()) == convert_bytes
+
+    g = proj.add_graph("casts", gm, [x, w])
+    plan = job.graph_work("casts", proj.kernels, eager.calls, g.bytes, proj.device, proj.calibration,
+                          converts=eager.converts)
+    assert dataclasses.astuple(plan) == pytest.approx(dataclasses.astuple(g.work))
+    mm_bytes, add_bytes = 2 * (64 * 128 + 128 * 128 + 64 * 128), 4 * 3 * 64 * 128
+    assert g.bytes + g.intermediate_bytes == mm_bytes + add_bytes + convert_bytes  # no clone, no layout copy
+    assert (g.nodes, g.work.kernels) == (2 + converts, 2)  # launches: mm and add, as the device's
 
 
 def test_graph_flops_match_eager_flops_and_aten_graphs_work(trn2):

@@ -178,3 +178,39 @@ def test_the_plan_trace_projects_the_same_step_and_compile(job):
     assert section["compile"]["eager_kernels"] == len(device)
     assert section["compile"]["seconds"] - _eager_compile_seconds(projector, calls) == pytest.approx(
         in_place[1] * P.compile_model().program_seconds(1))
+
+
+def test_the_plan_trace_counts_the_casts_the_compiled_graph_holds():
+    """The casts the eager device runs without a kernel are the compiled graph's: a bf16 Llama's
+    prefill traced by the plan counts the dtype-changing ``_to_copy`` nodes of the same forward
+    captured by ``torch.compile`` (AOTAutograd), one for one and byte for byte. (Its StableHLO holds
+    more ``convert``s: those torch-mlir emits inside other ops' lowerings, SiLU computed in f32,
+    in registers of that op's kernel.)"""
+    from torch._dynamo.backends.common import aot_autograd
+
+    from torch_neuronx.plan.trace import Workload, trace
+
+    cfg, _ = _tiny_llama()
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa")
+    graphs = []
+
+    def capture(gm, _inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(lambda ids: model(input_ids=ids, use_cache=True).logits,
+                      backend=aot_autograd(fw_compiler=capture))(torch.zeros(2, 16, dtype=torch.long))
+    torch._dynamo.reset()
+    casts = [(n.args[0].meta["val"], n.meta["val"]) for gm in graphs for n in gm.graph.nodes
+             if n.target is torch.ops.aten._to_copy.default and n.args[0].meta["val"].dtype != n.meta["val"].dtype]
+    cast_bytes = sum(a.numel() * a.element_size() + b.numel() * b.element_size() for a, b in casts)
+    assert casts
+
+    projector = P.Projector("trn2.3xlarge", calibration=P.defaults())
+    traced = trace(cfg, Workload("infer", 1, 2, 16, torch.bfloat16, decode_cache_len=16), projector)
+    converts = traced.graph_converts("prefill")
+    assert sum(converts.values()) == len(casts)
+    assert sum(projector.kernels[k].bytes * n for k, n in converts.items()) == cast_bytes

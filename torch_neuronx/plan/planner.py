@@ -253,11 +253,12 @@ class Planner:
             step[CollectiveRecord("all_reduce", kv_bytes, replicas, self._link(range(replicas), layout))] += 1
         return micro, step, sharing
 
-    def _graph(self, layout: Layout, name: str, calls: Counter, io_bytes: float) -> job.GraphWork:
+    def _graph(self, layout: Layout, name: str, calls: Counter, io_bytes: float,
+               converts: Counter | None = None) -> job.GraphWork:
         proj = self.projector(layout.lnc)
         sp = job.SequenceParallel(layout.tp, self.config.hidden_size) \
             if layout.sequence_parallel and layout.tp > 1 else None
-        return job.graph_work(name, proj.kernels, calls, io_bytes, proj.device, proj.calibration, sp)
+        return job.graph_work(name, proj.kernels, calls, io_bytes, proj.device, proj.calibration, sp, converts)
 
     def training_work(self, layout: Layout) -> tuple[job.TrainingWork, dict[str, float]]:
         """One rank's work per global batch, and the eager (per-op) seconds of each graph."""
@@ -275,8 +276,10 @@ class Planner:
         opt_numel = math.ceil(self.stage_parameters(layout) / (layout.dp if layout.shard != "none" else 1))
         opt_calls = optimizer_calls(opt_numel, self.dtype, proj)
         graphs = {
-            "forward": self._graph(layout, "forward", fwd_calls, read + saved),
-            "backward": self._graph(layout, "backward", bwd_calls, read + saved + grads),
+            "forward": self._graph(layout, "forward", fwd_calls, read + saved,
+                                   t.graph_converts("forward", stage_layers)),
+            "backward": self._graph(layout, "backward", bwd_calls, read + saved + grads,
+                                    t.graph_converts("backward", stage_layers)),
             # read parameter, gradient and two moments; write parameter and moments
             "optimizer": self._graph(layout, "optimizer", opt_calls, 7 * opt_numel * self.dtype.itemsize),
         }
@@ -304,8 +307,8 @@ class Planner:
         prompt = self.kv_cache_bytes(layout, self.seq_len)
         mean_cache = self.kv_cache_bytes(layout, self.seq_len + self.decode_tokens // 2)
         prefill_calls, decode_calls = t.graph_calls("prefill"), t.graph_calls("decode")
-        prefill = self._graph(layout, "prefill", prefill_calls, weights + prompt)
-        decode = self._graph(layout, "decode", decode_calls, weights + mean_cache)
+        prefill = self._graph(layout, "prefill", prefill_calls, weights + prompt, t.graph_converts("prefill"))
+        decode = self._graph(layout, "decode", decode_calls, weights + mean_cache, t.graph_converts("decode"))
         eager = {"prefill": proj.summary(prefill_calls)["device_seconds"],
                  "decode": proj.summary(decode_calls)["device_seconds"]}
         comm = {}

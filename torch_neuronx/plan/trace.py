@@ -48,7 +48,8 @@ class TraceResult:
     """Figures at 1 and 2 traced layers; ``at(k)`` extrapolates to ``k`` layers."""
 
     activation_bytes: tuple[float, float]  # peak of activations + temporaries
-    calls: dict[str, tuple[Counter, Counter]]  # graph name → signature counts
+    calls: dict[str, tuple[Counter, Counter]]  # graph name → signature counts of the eager kernels
+    converts: dict[str, tuple[Counter, Counter]]  # graph name → signature counts of the casts (no kernel)
     layers: int
 
     def activations(self, layers: int | float | None = None) -> float:
@@ -60,9 +61,12 @@ class TraceResult:
         return max(0.0, two - one)
 
     def graph_calls(self, graph: str, layers: int | float | None = None) -> Counter:
-        one, two = self.calls[graph]
-        k = self.layers if layers is None else layers
-        return Counter({key: round(_affine(one.get(key, 0), two.get(key, 0), k)) for key in one.keys() | two.keys()})
+        """The eager kernels the device launches for ``graph`` at ``layers`` layers."""
+        return _counts_at(self.calls[graph], self.layers if layers is None else layers)
+
+    def graph_converts(self, graph: str, layers: int | float | None = None) -> Counter:
+        """The dtype casts of ``graph`` (no eager kernel; a ``convert`` once compiled)."""
+        return _counts_at(self.converts[graph], self.layers if layers is None else layers)
 
     @property
     def method(self) -> str:
@@ -131,11 +135,10 @@ def _training_inputs(model, ids: torch.Tensor) -> dict:
     return inputs
 
 
-def _run(config, work: Workload, layers: int, projector: Projector) -> tuple[float, dict[str, Counter]]:
+def _run(config, work: Workload, layers: int, projector: Projector) -> tuple[float, dict[str, ProjectionMode]]:
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     cfg = rank_config(config, work.tp, layers)
-    calls: dict[str, Counter] = {}
     autocast = torch.autocast(DEVICE, dtype=torch.bfloat16) if work.autocast else contextlib.nullcontext()
     with FakeTensorMode(), torch.device(DEVICE):
         model = build_model(config, cfg, dtype=work.dtype, attn_implementation="sdpa")
@@ -151,7 +154,7 @@ def _run(config, work: Workload, layers: int, projector: Projector) -> tuple[flo
                     loss = model(**_training_inputs(model, ids)).loss
                 with ProjectionMode(projector) as bwd:
                     loss.backward()
-            calls = {"forward": fwd.calls, "backward": bwd.calls}
+            runs = {"forward": fwd, "backward": bwd}
         else:
             model.eval()
             with torch.no_grad():
@@ -163,19 +166,25 @@ def _run(config, work: Workload, layers: int, projector: Projector) -> tuple[flo
                                   use_cache=True).past_key_values
                 with ProjectionMode(projector) as decode:
                     model(input_ids=ids[:, :1], past_key_values=cache, use_cache=True)
-            calls = {"prefill": prefill.calls, "decode": decode.calls}
-    return float(tracker.activation_peak), calls
+            runs = {"prefill": prefill, "decode": decode}
+    return float(tracker.activation_peak), runs
 
 
 def _affine(one, two, layers):
     return one + (layers - 1) * (two - one)
 
 
+def _counts_at(pair: tuple[Counter, Counter], layers: int | float) -> Counter:
+    one, two = pair
+    return Counter({key: round(_affine(one.get(key, 0), two.get(key, 0), layers)) for key in one.keys() | two.keys()})
+
+
 def trace(config, work: Workload, projector: Projector) -> TraceResult:
     """Trace ``work`` for one rank with 1 and 2 decoder layers."""
-    a1, c1 = _run(config, work, 1, projector)
-    a2, c2 = _run(config, work, 2, projector)
-    return TraceResult((a1, a2), {g: (c1[g], c2[g]) for g in c1}, config.num_hidden_layers)
+    a1, r1 = _run(config, work, 1, projector)
+    a2, r2 = _run(config, work, 2, projector)
+    return TraceResult((a1, a2), {g: (r1[g].calls, r2[g].calls) for g in r1},
+                       {g: (r1[g].converts, r2[g].converts) for g in r1}, config.num_hidden_layers)
 
 
 def optimizer_calls(numel: int, dtype: torch.dtype, projector: Projector) -> Counter:

@@ -28,8 +28,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
 from ..runtime.extension import _C
-from .job import CONTIGUITY_OP
 
+CONTIGUITY_OP = "aten::contiguous"  # the kernel copying a strided input before its op (kernels_of)
 KERNEL, COMPOSITE, NATIVE = "kernel", "composite", "native"
 _COMPOSITE_KEYS = (DispatchKey.CompositeExplicitAutogradNonFunctional, DispatchKey.CompositeExplicitAutograd,
                    DispatchKey.CompositeImplicitAutograd)
@@ -79,13 +79,19 @@ def kernels_of(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[t
     input is empty (the real product short-circuits it: TR ``python_ops/torch_mlir/kernel.py:818-844``),
     else one ``contiguous`` kernel per strided input (``csrc/core/NeuronBindings.cpp:87-140``,
     ``argument_processor.py:77-98``) and then the op itself."""
-    args, kwargs = _wrapped_numbers(func, args, kwargs)
-    inputs = _inputs(func, args, kwargs)
+    inputs = _inputs(func, args, kwargs)  # a wrapped number would be a 0-dim tensor: never empty or strided
     if any(t.numel() == 0 for t in inputs):
         return []
     launched = [(CONTIGUITY_OP, kernel_key(torch.ops.aten.contiguous.default, (t,), {}), (t,))
                 for t in inputs if not t.is_contiguous()]
-    return launched + [(func.name(), kernel_key(func, args, kwargs), _boxed(func, args, kwargs))]
+    return launched + [signature(func, args, kwargs)]
+
+
+def signature(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[str, str, tuple]:
+    """``(op, key, boxed args)`` of the call itself as the device keys it: a launched kernel, or
+    a cast the device runs natively, which a compiled graph counts (``recording.DeviceOpRecorder``)."""
+    args, kwargs = _wrapped_numbers(func, args, kwargs)
+    return func.name(), kernel_key(func, args, kwargs), _boxed(func, args, kwargs)
 
 
 def _boxed(func, args: tuple, kwargs: dict) -> tuple:

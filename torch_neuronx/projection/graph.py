@@ -2,13 +2,15 @@
 
 The graph runs on fake tensors under ``OpRecorder``, so Dynamo graphs (torch
 functions) and AOT graphs (ATen) both reach ATen ops with shapes and no data.
-Its kernels are gathered into the plan's ``job.GraphWork`` by ``job.graph_work``,
-and its seconds are ``GraphWork``'s: the compiler keeps intermediates on chip where
-it can, so the graph's inputs, weights and outputs are HBM traffic and of the rest
-its eager kernels would move only the calibration's ``graph_spill_fraction``
-(fitted on published results; 0 in the bare defaults, a lower bound); engines run
-concurrently (``graph_engine_overlap``, default on): compute time is the busiest
-engine's, otherwise the sum (docs/projection.md).
+Its kernels (a cast among them: a ``convert``; a copy that keeps its dtype is
+nothing in a graph, ``kernel.in_graph``) are gathered into the plan's
+``job.GraphWork`` by ``job.graph_work``, and its seconds are ``GraphWork``'s: the
+compiler keeps intermediates on chip where it can, so the graph's inputs, weights
+and outputs are HBM traffic and of the rest its eager kernels would move only the
+calibration's ``graph_spill_fraction`` (fitted on published results; 0 in the bare
+defaults, a lower bound); engines run concurrently (``graph_engine_overlap``,
+default on): compute time is the busiest engine's, otherwise the sum
+(docs/projection.md).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from torch.utils._pytree import tree_flatten
 from .calibration import Calibration
 from .hardware import DeviceModel
 from .job import Factors, GraphWork, graph_work
-from .kernel import KernelCost, roofline, tensor_bytes, tensors_in, work
+from .kernel import KernelCost, in_graph, roofline, tensor_bytes, tensors_in, work
 from .recording import OpRecorder, op_name
 
 
@@ -84,12 +86,15 @@ def project_graph(name: str, gm: torch.nn.Module, example_inputs, device: Device
     example_inputs = list(example_inputs)
     fake_mode = detect_fake_mode(example_inputs) or FakeTensorMode(allow_non_fake_inputs=True)
     kernels: list[KernelCost] = []
+    converts: list[bool] = []  # per kernel: a cast (a convert, which the eager device runs without a kernel)
 
     def on_op(func, args, kwargs, out):
         engine, flops, elements, nbytes = work(func, args, kwargs, out)
-        if engine != "none":
-            kernels.append(roofline(op_name(func), engine, flops, elements, nbytes, tensors_in((args, kwargs)),
-                                    device, cal))
+        inputs = tensors_in((args, kwargs))
+        kind = in_graph(func, inputs, tensors_in(out))
+        if engine != "none" and kind != "identity":
+            kernels.append(roofline(op_name(func), engine, flops, elements, nbytes, inputs, device, cal))
+            converts.append(kind == "convert")
 
     with fake_mode:
         inputs = [fake_mode.from_tensor(x) if isinstance(x, torch.Tensor) and not fake_mode.is_our_fake(x)
@@ -104,5 +109,6 @@ def project_graph(name: str, gm: torch.nn.Module, example_inputs, device: Device
         engine_seconds[k.engine] += k.compute_seconds
         if k.flops:
             flops_by_op[k.op] += k.flops
-    graph = graph_work(name, dict(enumerate(kernels)), dict.fromkeys(range(len(kernels)), 1), io_bytes, device, cal)
+    graph = graph_work(name, dict(enumerate(kernels)), {i: 1 for i, c in enumerate(converts) if not c}, io_bytes,
+                       device, cal, converts={i: 1 for i, c in enumerate(converts) if c})
     return GraphCost(name, len(kernels), graph, Factors.of(cal), dict(engine_seconds), dict(flops_by_op))

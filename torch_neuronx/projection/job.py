@@ -23,7 +23,6 @@ from .kernel import KernelCost
 
 FACTORS_FILE = Path(__file__).with_name("fitted_factors.json")
 COMPUTE_ENGINES = ("vector", "scalar", "gpsimd")
-CONTIGUITY_OP = "aten::contiguous"  # the eager device's copy of a strided input (device_dispatch.kernels_of)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,7 +116,7 @@ class GraphWork:
     io_bytes: float  # inputs, weights and outputs: HBM traffic even when every intermediate stays on chip
     intermediate_bytes: float  # what the eager kernels move beyond io_bytes: on chip when fused
     hbm_bytes_per_s: float
-    kernels: int  # its ops: eager launches one per op, less the device's contiguity copies
+    kernels: int  # its ops the eager device launches, one each (no casts, no contiguity copies)
     engines_overlap: bool = True  # the compiler runs engines concurrently (calibration ``graph_engine_overlap``)
 
     def compute_seconds(self, f: Factors) -> float:
@@ -155,27 +154,31 @@ class SequenceParallel:
 
 
 def graph_work(name: str, kernels: Mapping[str, KernelCost], calls: Mapping[str, int], io_bytes: float,
-               device: DeviceModel, cal: Calibration, sequence_parallel: SequenceParallel | None = None) -> GraphWork:
-    """The traced kernels ``calls`` (signature → count, costs projected under ``cal``) as one graph.
-    The eager device's contiguity kernels (a strided input copied before its op) are left out:
-    a compiled graph folds layouts into the ops that read them."""
+               device: DeviceModel, cal: Calibration, sequence_parallel: SequenceParallel | None = None,
+               converts: Mapping[str, int] | None = None) -> GraphWork:
+    """The traced kernels ``calls`` (signature → count, costs projected under ``cal``) as one graph,
+    with ``converts``: the dtype casts the eager device runs without a kernel, each a
+    ``stablehlo.convert`` in the graph (``kernel.in_graph``), whose bytes count like any op's but
+    which add no launch. A copy that keeps its dtype (the eager device's contiguity kernels among
+    them) is nothing in a graph: the compiler folds layouts into the ops that read them."""
     tensor = flops = eager_bytes = 0.0
     engines = dict.fromkeys(COMPUTE_ENGINES, 0.0)
     launches = 0
-    for key, n in calls.items():
-        cost = kernels[key]
-        if cost.engine == "none" or cost.op == CONTIGUITY_OP:
-            continue
-        launches += n
-        flops += cost.flops * n
-        share = 1.0
-        if sequence_parallel and cost.engine != "tensor" and _hidden_states_op(cost, sequence_parallel.hidden):
-            share = 1 / sequence_parallel.tp
-        eager_bytes += cost.bytes * n * share
-        if cost.engine == "tensor":
-            tensor += cost.compute_seconds * cal.efficiency["tensor"] * n
-        elif cost.engine in engines:
-            engines[cost.engine] += cost.compute_seconds * n * share
+    for counts, launched in ((calls, True), (converts or {}, False)):
+        for key, n in counts.items():
+            cost = kernels[key]
+            if cost.engine == "none" or cost.graph_identity:
+                continue
+            launches += n if launched else 0
+            flops += cost.flops * n
+            share = 1.0
+            if sequence_parallel and cost.engine != "tensor" and _hidden_states_op(cost, sequence_parallel.hidden):
+                share = 1 / sequence_parallel.tp
+            eager_bytes += cost.bytes * n * share
+            if cost.engine == "tensor":
+                tensor += cost.compute_seconds * cal.efficiency["tensor"] * n
+            elif cost.engine in engines:
+                engines[cost.engine] += cost.compute_seconds * n * share
     combined = max(engines.values()) if cal.graph_engine_overlap else sum(engines.values())
     return GraphWork(name, flops, tensor, combined, io_bytes, max(0.0, eager_bytes - io_bytes),
                      device.hbm_bytes_per_s, launches, cal.graph_engine_overlap)

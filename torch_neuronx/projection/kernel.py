@@ -14,6 +14,10 @@ this module adds is Trainium's engine split. The op → engine mapping (docs/pro
 - DMA: copies, concatenation, gathers and indexing (``DMA_OPS``, ``*_copy``);
 - VectorE: every other op (arithmetic, comparisons, reductions, norms);
 - none: views and allocations, which launch no kernel.
+
+What a compiled graph makes of a copy (``COPY_OPS``) is decided here too, once
+(:func:`in_graph`): a graph has values, not buffers, so a copy that keeps its dtype
+is nothing there and one that changes it is a ``convert``.
 """
 from __future__ import annotations
 
@@ -57,11 +61,13 @@ GPSIMD_OPS = frozenset({
     "embedding_dense_backward", "bernoulli", "uniform", "normal", "random", "randperm", "multinomial",
     "native_dropout", "arange", "linspace", "bincount", "histc", "searchsorted",
 })
-DMA_OPS = frozenset({
-    "copy", "_to_copy", "_copy_from", "_copy_from_and_resize", "clone", "cat", "stack", "index_select",
+# ops whose result is one input's values, in place or in a new buffer, in the output's dtype
+COPY_OPS = frozenset({"copy", "_to_copy", "_copy_from", "_copy_from_and_resize", "clone", "contiguous"})
+DMA_OPS = COPY_OPS | frozenset({
+    "cat", "stack", "index_select",
     "gather", "embedding", "index", "_unsafe_index", "scatter", "slice_scatter", "select_scatter",
     "as_strided_scatter", "diagonal_scatter", "constant_pad_nd", "repeat", "roll", "flip", "tril",
-    "triu", "masked_select", "take", "_local_scalar_dense", "contiguous",
+    "triu", "masked_select", "take", "_local_scalar_dense",
 })
 NO_KERNEL_OPS = frozenset({
     "empty", "empty_strided", "empty_like", "resize", "_resize_output", "set", "lift_fresh",
@@ -123,6 +129,18 @@ def engine_of(fn) -> str:
     return "vector"
 
 
+def in_graph(fn, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> str:
+    """What a compiled graph makes of a call: ``"identity"`` for a copy (``COPY_OPS``) that keeps
+    its dtype (a graph has no strides and one device: torch-mlir lowers ``clone``, ``contiguous``
+    and a same-dtype ``_to_copy`` to nothing), ``"convert"`` for a copy that changes it (a
+    ``stablehlo.convert``: it reads one dtype and writes the other, in HBM unless fused), ``"op"``
+    for any other call. The eager device launches no kernel for either kind of copy
+    (``device_dispatch``); a graph's work counts the converts (``job.graph_work``)."""
+    if base_name(fn) not in COPY_OPS or not outputs:
+        return "op"
+    return "convert" if any(t.dtype != outputs[0].dtype for t in inputs) else "identity"
+
+
 def _to_meta(x):
     if isinstance(x, torch.Tensor) and x.device.type != "meta":
         return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
@@ -164,6 +182,7 @@ class KernelCost:
     memory_seconds: float
     outputs_known: bool  # False when the op could not be run on meta tensors
     first_shape: tuple[int, ...] = ()  # the first tensor argument's shape (the plan's sequence-parallel split)
+    graph_identity: bool = False  # a copy that keeps its dtype: nothing in a compiled graph (``in_graph``)
 
     @property
     def seconds(self) -> float:
@@ -240,4 +259,5 @@ def project_call(op: str, args: tuple, device: DeviceModel, cal: Calibration) ->
         out, known = None, False
     engine, flops, elements, nbytes = work(fn, margs, mkwargs, out, known)
     cost = roofline(op, engine, flops, elements, nbytes, inputs, device, cal, known)
-    return dataclasses.replace(cost, first_shape=tuple(inputs[0].shape) if inputs else ())
+    return dataclasses.replace(cost, first_shape=tuple(inputs[0].shape) if inputs else (),
+                               graph_identity=in_graph(fn, inputs, tensors_in(out)) == "identity")

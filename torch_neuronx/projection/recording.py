@@ -6,9 +6,11 @@ projection (a graph run on fake tensors is one program, whatever its ops).
 ``DeviceOpRecorder`` sees the kernels the eager ``neuron`` device would launch
 for the same calls (``device_dispatch``: views and copies launch none,
 composite ops run as the ops they call, a strided input adds a ``contiguous``
-kernel), keyed as the device keys them; it backs ``ProjectionMode``, which
-projects a host, meta or fake run (the plan's trace) as the C++ accounting
-projects a ``neuron`` run: one signature per device key, a count per call.
+kernel), keyed as the device keys them, and the dtype casts it runs without a
+kernel, which a compiled graph still does (``kernel.in_graph``); it backs
+``ProjectionMode``, which projects a host, meta or fake run (the plan's trace)
+as the C++ accounting projects a ``neuron`` run: one signature per device key,
+a count per call.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_map
 
 from . import device_dispatch
-from .kernel import flop_formula
+from .kernel import flop_formula, in_graph, tensors_in
 
 _METADATA_OPS = {
     torch.ops.aten.sym_is_contiguous.default, torch.ops.aten.is_contiguous.default,
@@ -60,11 +62,13 @@ class OpRecorder(TorchDispatchMode):
 
 class DeviceOpRecorder(TorchDispatchMode):
     """Calls ``on_kernel(op, key, args)`` for every kernel the eager device launches for the
-    ops run under it (``device_dispatch``), in launch order."""
+    ops run under it (``device_dispatch``), in launch order, and ``on_convert(op, key, args)``
+    for every dtype cast it runs natively (no kernel; a ``convert`` in a compiled graph)."""
 
-    def __init__(self, on_kernel: Callable) -> None:
+    def __init__(self, on_kernel: Callable, on_convert: Callable) -> None:
         super().__init__()
         self.on_kernel = on_kernel
+        self.on_convert = on_convert
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -78,7 +82,10 @@ class DeviceOpRecorder(TorchDispatchMode):
             # a composite view only re-strides (as_strided, view: native), so only a
             # computing composite is followed into the ops it calls
             self._follow_composite(func, args, kwargs)
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if route == device_dispatch.NATIVE and in_graph(func, tensors_in((args, kwargs)), tensors_in(out)) == "convert":
+            self.on_convert(*device_dispatch.signature(func, args, kwargs))
+        return out
 
     def _follow_composite(self, func, args, kwargs) -> None:
         """Run ``func``'s composite kernel on meta copies of its arguments, with this mode
@@ -107,19 +114,28 @@ def op_name(func) -> str:
 
 class ProjectionMode:
     """Project a host, meta or fake run as the eager device would run it:
-    ``with ProjectionMode(projector) as m: step()``, then ``projector.summary(m.calls)``."""
+    ``with ProjectionMode(projector) as m: step()``, then ``projector.summary(m.calls)``.
+    ``converts`` counts the casts the device runs without a kernel: no eager time, but the
+    same code compiled moves their bytes (``job.graph_work(..., converts=m.converts)``)."""
 
     def __init__(self, projector) -> None:
         self.projector = projector
         self.calls: Counter[str] = Counter()
-        self.sequence: list[str] = []  # keys in call order, for the timeline
-        self._recorder = DeviceOpRecorder(self._on_kernel)
+        self.converts: Counter[str] = Counter()
+        self.sequence: list[str] = []  # kernel keys in call order, for the timeline
+        self._recorder = DeviceOpRecorder(self._on_kernel, self._on_convert)
 
     def _on_kernel(self, op: str, key: str, args: tuple) -> None:
-        if key not in self.calls:
-            self.projector.add_signature(op, key, args)
-        self.calls[key] += 1
+        self._count(self.calls, op, key, args)
         self.sequence.append(key)
+
+    def _on_convert(self, op: str, key: str, args: tuple) -> None:
+        self._count(self.converts, op, key, args)
+
+    def _count(self, counter: Counter, op: str, key: str, args: tuple) -> None:
+        if key not in counter:
+            self.projector.add_signature(op, key, args)
+        counter[key] += 1
 
     def __enter__(self) -> "ProjectionMode":
         self._recorder.__enter__()
