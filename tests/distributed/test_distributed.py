@@ -46,11 +46,13 @@ def test_ddp_fsdp2_tp_sp_against_gloo():
 
 
 @pytest.mark.slow
-def test_tp_fsdp_tiny_llama_dcp_and_resharding_guard(tmp_path):
+@pytest.mark.timeout(450)
+def test_tp_fsdp_tiny_llama_dcp_and_resharding_guard(tiny_llama_2d_job):
     """2-D (dp=2, tp=2) tiny Llama trained with device_id= binding, the
-    pre-sharded fully_shard guard, DCP save and reload on a 1-D mesh of 4.
+    pre-sharded fully_shard guard, DCP save and reload on a 1-D mesh of 4,
+    on the job that also measures test_plan_memory.py's peak.
     (Its neuron-vs-CPU comparison is the example test's --compare-cpu run.)"""
-    check_all_ok(run_ranks("two_d", 4, str(tmp_path / "ckpt")))
+    check_all_ok(tiny_llama_2d_job[1])
 
 
 FAULT_TIMEOUT_S = 4
