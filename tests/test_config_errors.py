@@ -42,16 +42,42 @@ BAD_VALUES = [
 ]
 
 
-def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+def _start(code: str, env: dict[str, str]) -> subprocess.Popen:
     # Unset in the children unless a case sets them (a topology of the parent must not leak in).
     full = {k: v for k, v in os.environ.items() if k not in TOPOLOGY_ENV}
     full.update(env)
-    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=180)
+    return subprocess.Popen([sys.executable, "-c", code], env=full, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _finished(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    stdout, stderr = proc.communicate(timeout=180)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return _finished(_start(code, env))
+
+
+_GOOD_ENV_USE = _FIRST_USE.replace("ConfigError as exc", "ZeroDivisionError as exc")
+
+
+@pytest.fixture(scope="module")
+def first_uses():
+    """The first-use script under each bad value and under a good environment, all started at
+    once: each is a fresh ``import torch`` (seconds, on one core) and none depends on another."""
+    started = {tuple(env.items()): _start(_FIRST_USE, env) for env, _ in BAD_VALUES}
+    started[()] = _start(_GOOD_ENV_USE, {})
+    yield started
+    for proc in started.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 @pytest.mark.parametrize("env,message", BAD_VALUES, ids=lambda v: ",".join(v) if isinstance(v, dict) else None)
-def test_import_torch_survives_and_first_device_use_raises(env, message):
-    proc = _python(_FIRST_USE, env)
+def test_import_torch_survives_and_first_device_use_raises(env, message, first_uses):
+    proc = _finished(first_uses[tuple(env.items())])
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert lines[0] == "imported 2.0"
@@ -59,8 +85,8 @@ def test_import_torch_survives_and_first_device_use_raises(env, message):
     assert len(lines) == 4 and all(line.startswith("ConfigError: ") and message in line for line in lines[1:]), lines
 
 
-def test_a_good_environment_still_works():
-    proc = _python(_FIRST_USE.replace("ConfigError as exc", "ZeroDivisionError as exc"), {})
+def test_a_good_environment_still_works(first_uses):
+    proc = _finished(first_uses[()])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[1:] == ["no error", "no error", "no error"]
 

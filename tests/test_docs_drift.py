@@ -1,5 +1,6 @@
 """Lists in the docs that are data must match the code: the fast-path ops and the
-ops routed to their CPU kernel instead of a decomposition (docs/device.md).
+ops routed to their CPU kernel instead of a decomposition (docs/device.md); the test files
+tests/README.md maps and its "fast" tier, which must be the Makefile's FAST_TESTS.
 (The settings table is checked in test_settings.py.)"""
 import re
 from pathlib import Path
@@ -62,3 +63,46 @@ def test_layer_norm_in_bfloat16_matches_cpu_bit_for_bit():
     assert torch.equal(got.cpu(), expected)
     groups = torch.nn.functional.group_norm(x.to("neuron").transpose(1, 2), 8)
     assert torch.equal(groups.cpu(), torch.nn.functional.group_norm(x.transpose(1, 2), 8))
+
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = REPO / "tests"
+
+
+def _fast_tests_of_the_makefile() -> set[str]:
+    """The files of ``FAST_TESTS`` (a make variable continued with backslashes)."""
+    text = (REPO / "Makefile").read_text(encoding="utf-8")
+    found = re.search(r"^FAST_TESTS\s*:?=((?:.*\\\n)*.*)$", text, re.M)
+    assert found, "the Makefile defines no FAST_TESTS"
+    return set(found.group(1).replace("\\\n", " ").split())
+
+
+def _tiers_of_the_tests_readme() -> dict[str, str]:
+    """tests/README.md's tables: test file (repository path) -> its tier cell. A section
+    titled with a backticked folder (`` `hf/` ``) lists file names relative to that folder."""
+    tiers, folder = {}, "tests"
+    for line in (TESTS / "README.md").read_text(encoding="utf-8").splitlines():
+        heading = re.match(r"^## (?:`(\w+)/`)?", line)
+        if heading:
+            folder = f"tests/{heading.group(1)}" if heading.group(1) else "tests"
+            continue
+        row = re.match(r"^\|\s*`([\w.]+\.py)`\s*\|.*\|\s*(\w*)\s*\|\s*$", line)
+        if row:
+            tiers[f"{folder}/{row.group(1)}"] = row.group(2)
+    return tiers
+
+
+def test_fast_tier_of_the_tests_readme_matches_the_makefile():
+    """`make test-fast` runs FAST_TESTS; tests/README.md tells a newcomer which files those are."""
+    tiers = _tiers_of_the_tests_readme()
+    assert set(tiers.values()) <= {"", "fast"}, f"unknown tiers in tests/README.md: {tiers}"
+    marked_fast = {path for path, tier in tiers.items() if tier == "fast"}
+    assert marked_fast == _fast_tests_of_the_makefile()
+
+
+def test_tests_readme_maps_every_test_file():
+    files = {str(p.relative_to(REPO)) for p in TESTS.rglob("test_*.py")}
+    tiers = _tiers_of_the_tests_readme()
+    assert sorted(files - set(tiers)) == [], "test files tests/README.md does not map"
+    assert sorted(set(tiers) - files - {"tests/nki_kernels.py"}) == [], \
+        "tests/README.md maps files that do not exist"

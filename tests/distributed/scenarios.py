@@ -434,14 +434,12 @@ def tp_checks(dev, gloo, rank, world):
 # examples/distributed/train_tp_fsdp.py), then DCP save and reload on a
 # different mesh.
 
-def two_d(ckpt_dir: str):
+def _two_d(ckpt_dir: str, world: int, dev: torch.device):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
     from train_tp_fsdp import tiny_llama, tp_fsdp  # the example's own model and plan
 
-    rank, world, dev = _init(bind_device=True)  # device_id=, as TorchTitan passes it
-    assert world == 4
     mesh_n = init_device_mesh("neuron", (2, 2), mesh_dim_names=("dp", "tp"))
     assert mesh_n["tp"].get_group().name() == "neuron"
     g = torch.Generator().manual_seed(mesh_n["dp"].get_local_rank())
@@ -485,7 +483,6 @@ def two_d(ckpt_dir: str):
     dcp.load(state, checkpoint_id=ckpt_dir)
     for (name, pa), (_, pb) in zip(mn.named_parameters(), fresh.named_parameters()):
         _same(pa.full_tensor(), pb.full_tensor(), f"DCP reload {name}")
-    dist.destroy_process_group()
 
 
 # --------------------------------------------------------------------------
@@ -567,9 +564,10 @@ def projected_collectives():
 # plan: what one training step of a TP × FSDP layout really allocates per rank
 
 PLAN_SIZE = dict(hidden=256, layers=2, heads=4, kv_heads=4, intermediate=512, vocab=512, positions=256)
+PLAN_BATCH, PLAN_SEQ = 2, 128  # the step whose per-rank peak test_plan_memory.py compares
 
 
-def plan_memory(config_dir: str, batch: str, seq: str):
+def _plan_memory(config_dir: str, batch: str, seq: str, rank: int, dev: torch.device):
     """One AdamW step of the tiny Llama under the example's TP plan (TP=2) and FSDP2 (2),
     printing this rank's peak of allocated device memory for the step."""
     from torch.distributed.device_mesh import init_device_mesh
@@ -577,7 +575,6 @@ def plan_memory(config_dir: str, batch: str, seq: str):
 
     from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm
 
-    rank, world, dev = _init(bind_device=True)
     model = tiny_causal_lm("llama", TinySize(**PLAN_SIZE), 0, "sdpa", tie_word_embeddings=False)
     if rank == 0:
         model.config.save_pretrained(config_dir)
@@ -593,4 +590,18 @@ def plan_memory(config_dir: str, batch: str, seq: str):
         opt.zero_grad(set_to_none=True)
     torch.neuron.synchronize()
     print(f"PEAK {torch.neuron.max_memory_allocated(dev)}", flush=True)
+
+
+def plan_memory_then_two_d(config_dir: str, batch: str, seq: str, ckpt_dir: str):
+    """Two checks of a 4-rank TP=2 x FSDP=2 tiny Llama on one job (a rank's start, import torch
+    and Transformers, costs seconds): the plan's per-rank peak first, on a device nothing has
+    used yet, then 2-D training with device_id= binding, the pre-sharded fully_shard guard and
+    DCP save and reload on a 1-D mesh of 4."""
+    import gc
+
+    rank, world, dev = _init(bind_device=True)  # device_id=, as TorchTitan passes it
+    assert world == 4
+    _plan_memory(config_dir, batch, seq, rank, dev)
+    gc.collect()
+    _two_d(ckpt_dir, world, dev)
     dist.destroy_process_group()

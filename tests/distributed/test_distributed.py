@@ -46,11 +46,13 @@ def test_ddp_fsdp2_tp_sp_against_gloo():
 
 
 @pytest.mark.slow
-def test_tp_fsdp_tiny_llama_dcp_and_resharding_guard(tmp_path):
+@pytest.mark.timeout(450)
+def test_tp_fsdp_tiny_llama_dcp_and_resharding_guard(tiny_llama_2d_job):
     """2-D (dp=2, tp=2) tiny Llama trained with device_id= binding, the
-    pre-sharded fully_shard guard, DCP save and reload on a 1-D mesh of 4.
+    pre-sharded fully_shard guard, DCP save and reload on a 1-D mesh of 4,
+    on the job that also measures test_plan_memory.py's peak.
     (Its neuron-vs-CPU comparison is the example test's --compare-cpu run.)"""
-    check_all_ok(run_ranks("two_d", 4, str(tmp_path / "ckpt")))
+    check_all_ok(tiny_llama_2d_job[1])
 
 
 FAULT_TIMEOUT_S = 4
@@ -112,11 +114,12 @@ def test_tp4_fsdp2_example_under_torchrun_matches_cpu(tmp_path):
 def test_more_ranks_than_logical_cores_is_a_clear_error():
     """``import torch`` still works (issue 18); the first use of the device raises the ConfigError."""
     env = rank_env(0, 5, 1, {"TORCHNEURON_INSTANCE": "trn2.3xlarge"})  # 4 logical cores
-    imported = subprocess.run([sys.executable, "-c", "import torch, torch_neuronx"], env=env,
-                              capture_output=True, text=True, timeout=120)
-    assert imported.returncode == 0, imported.stderr
-    used = subprocess.run([sys.executable, "-c", "import torch; torch.randn(1, device='neuron')"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    # One process (a rank's start costs seconds): the imports must pass before the use fails.
+    code = ("import torch, torch_neuronx; print('imported', flush=True); "
+            "torch.randn(1, device='neuron')")
+    used = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert used.stdout == "imported\n", used.stderr
     assert used.returncode != 0
     assert "ConfigError" in used.stderr
     assert "5 ranks per node but trn2.3xlarge with LNC=2 has only 4 logical NeuronCores" in used.stderr

@@ -4,19 +4,20 @@ import re
 
 import pytest
 
-from launch import check_all_ok, run_ranks
+from launch import check_all_ok
+from scenarios import PLAN_BATCH, PLAN_SEQ
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(450), pytest.mark.slow]
 
 
-def test_plan_peak_within_15_percent_of_emulated_ranks(tmp_path):
+def test_plan_peak_within_15_percent_of_emulated_ranks(tiny_llama_2d_job):
     from torch_neuronx.plan import Layout, Planner
 
-    batch, seq = 2, 128
-    results = run_ranks("plan_memory", 4, str(tmp_path), str(batch), str(seq), timeout=280)
+    config_dir, results = tiny_llama_2d_job
     check_all_ok(results)
     measured = max(int(re.search(r"PEAK (\d+)", r.output).group(1)) for r in results)
-    plan = Planner(str(tmp_path), "trn2.3xlarge", seq, dtype="fp32").memory(Layout(2, 2, batch, False, 2, 1))
+    plan = Planner(str(config_dir), "trn2.3xlarge", PLAN_SEQ, dtype="fp32").memory(
+        Layout(2, 2, PLAN_BATCH, False, 2, 1))
     planned = plan["total_bytes"] - plan["bytes"]["runtime_reserve"]  # the emulator reserves nothing
     print(f"planned {planned} B, measured {measured} B per rank")
     assert abs(planned - measured) <= 0.15 * measured, (planned, measured, plan["bytes"])

@@ -52,28 +52,50 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def _run(code: str, cwd: Path, spec: str, device: str | None = "neuron") -> subprocess.CompletedProcess:
+def _start(code: str, cwd: Path, spec: str, device: str | None = "neuron") -> subprocess.Popen:
     env = dict(os.environ, TRANSFORMERS_TEST_DEVICE_SPEC=spec, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     env.pop("TRANSFORMERS_TEST_DEVICE", None)
     if device:
         env["TRANSFORMERS_TEST_DEVICE"] = device
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=240)
+    return subprocess.Popen([sys.executable, "-c", code], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
-@pytest.fixture
-def linked_spec(tmp_path: Path) -> Path:
+def _finished(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    stdout, stderr = proc.communicate(timeout=240)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def linked_spec(tmp_path_factory) -> Path:
     """The documented set-up: the spec file linked into the directory pytest runs from."""
     printed = subprocess.run([sys.executable, "-m", "torch_neuronx.testing.transformers_device_spec"],
                              capture_output=True, text=True, check=True, cwd=REPO).stdout.strip()
     assert Path(printed).resolve() == Path(transformers_device_spec.__file__).resolve()
-    (tmp_path / "neuron_spec.py").symlink_to(printed)
-    return tmp_path
+    folder = tmp_path_factory.mktemp("spec")
+    (folder / "neuron_spec.py").symlink_to(printed)
+    return folder
 
 
-def test_transformers_helpers_act_on_the_neuron_device(linked_spec):
-    done = _run(PROBE, linked_spec, "neuron_spec.py")
+@pytest.fixture(scope="module")
+def runs(linked_spec):
+    """Each test's interpreter, all started at once: each imports Transformers' test utilities
+    (seconds, on one core), and none depends on another."""
+    started = {
+        "helpers": _start(PROBE, linked_spec, "neuron_spec.py"),
+        "mismatch": _start("import transformers.testing_utils", linked_spec, "neuron_spec.py", device="cpu"),
+        "path": _start("import transformers.testing_utils", linked_spec, str(linked_spec / "neuron_spec.py")),
+    }
+    yield started
+    for proc in started.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_transformers_helpers_act_on_the_neuron_device(runs):
+    done = _finished(runs["helpers"])
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.split("RESULT ", 1)[1])
     assert out["torch_device"] == "neuron"
@@ -91,17 +113,17 @@ def test_transformers_helpers_act_on_the_neuron_device(linked_spec):
     assert out["accelerator_module"]
 
 
-def test_spec_name_and_device_mismatch_is_refused_by_transformers(linked_spec):
+def test_spec_name_and_device_mismatch_is_refused_by_transformers(runs):
     """``TRANSFORMERS_TEST_DEVICE=cpu`` with the neuron spec: Transformers' own clear error."""
-    done = _run("import transformers.testing_utils", linked_spec, "neuron_spec.py", device="cpu")
+    done = _finished(runs["mismatch"])
     assert done.returncode != 0
     assert "Mismatch between environment variable `TRANSFORMERS_TEST_DEVICE` 'cpu'" in done.stderr
 
 
-def test_a_path_with_a_directory_fails_in_transformers(linked_spec):
+def test_a_path_with_a_directory_fails_in_transformers(runs, linked_spec):
     """Why docs/huggingface.md says to link the file: Transformers imports the path minus ``.py``
     as a module name. When this starts passing, Transformers has fixed it and the docs can say so."""
-    done = _run("import transformers.testing_utils", linked_spec, str(linked_spec / "neuron_spec.py"))
+    done = _finished(runs["path"])
     assert done.returncode != 0
     assert f"No module named '{linked_spec / 'neuron_spec'}'" in done.stderr
 

@@ -18,6 +18,14 @@
 #include <torch/csrc/utils/pybind.h>
 
 namespace torch_neuronx {
+
+// Defined in accounting/Accounting.cpp, declared here (the one caller) so that
+// pybind11 stays out of Accounting.h. A Python callable run for each signature
+// new to this process (None: none), as fn(op overload name, key hex, readable
+// signature, arguments) where the arguments are a tuple with every tensor
+// replaced by a meta tensor.
+void set_signature_callback(py::object fn);
+
 namespace {
 
 py::object wrap(at::Tensor t) {

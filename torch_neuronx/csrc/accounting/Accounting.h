@@ -8,7 +8,6 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <c10/util/FunctionRef.h>
-#include <pybind11/pybind11.h>
 
 #include <cstdint>
 #include <string>
@@ -19,10 +18,9 @@ namespace torch_neuronx {
 bool accounting_enabled();
 // `salt`: the compiler configuration (target, LNC, opt level, flags).
 void set_accounting(bool enabled, uint64_t salt);
-// Python callable run for each signature new to this process (None: none),
-// as fn(op overload name, key hex, readable signature, arguments) where the
-// arguments are a tuple with every tensor replaced by a meta tensor.
-void set_signature_callback(pybind11::object fn);
+// set_signature_callback(), the Python callback for new signatures, is
+// declared in Module.cpp: this header stays free of pybind11 for the fallback
+// and the fast path that include it.
 
 // One call keyed into `key`. A call with an empty tensor runs no kernel and
 // is not counted; each strided input first counts the contiguity kernel.
