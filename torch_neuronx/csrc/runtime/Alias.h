@@ -11,6 +11,11 @@ at::Tensor cpu_alias(const at::Tensor& t);
 // The same view without the reference: valid only while the caller keeps
 // `t`'s storage alive and its memory in place (compiled graphs, GraphInputs.h).
 at::Tensor unowned_cpu_alias(const at::Tensor& t);
+// The view for one unboxed op call (the fast path, aten/native/FastPath.h):
+// like unowned_cpu_alias, but the CPU tensor and storage objects are recycled
+// from a per-thread pool instead of allocated. Valid while the caller keeps
+// `t` alive; the kernel it is passed to must not keep it after returning.
+at::Tensor call_cpu_alias(const at::Tensor& t);
 // The inverse: a neuron tensor taking ownership of a CPU tensor's storage.
 at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index);
 

@@ -38,7 +38,7 @@ void CallState::note_other(const at::Tensor& t) {
 
 at::Tensor CallState::alias(const at::Tensor& t, bool is_write) {
   note_device(t.device());
-  at::Tensor a = cpu_alias(t);
+  at::Tensor a = recycled_aliases_ ? call_cpu_alias(t) : cpu_alias(t);
   auto* storage = a.storage().unsafeGetStorageImpl();
   by_tensor_.emplace_back(a.unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
   by_storage_.emplace_back(storage, t.unsafeGetTensorImpl());

@@ -22,6 +22,11 @@ namespace torch_neuronx {
 
 class CallState {
  public:
+  // `recycled_aliases`: the kernel is a known ATen kernel that keeps no
+  // argument after returning (the fast path), so aliases can come from the
+  // per-thread pool (call_cpu_alias) instead of being made for the call.
+  explicit CallState(bool recycled_aliases = false) : recycled_aliases_(recycled_aliases) {}
+
   // A CPU alias of the neuron tensor `t` (which must outlive this state).
   // `is_write`: the op may write the argument (in-place, out=).
   at::Tensor alias(const at::Tensor& t, bool is_write);
@@ -54,6 +59,7 @@ class CallState {
   };
   void restore_written_args();
 
+  bool recycled_aliases_;
   std::optional<c10::DeviceIndex> device_;
   std::optional<c10::Device> other_device_; // first conflicting device seen
   bool cpu_tensor_mixed_ = false;

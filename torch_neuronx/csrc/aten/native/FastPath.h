@@ -71,6 +71,10 @@ inline void key_arg(KeyBuilder& key, at::OptionalIntArrayRef values, bool is_sta
   }
 }
 
+inline void key_arg(KeyBuilder& key, const c10::Scalar& s, bool is_static, bool) {
+  key.scalar(s, is_static);
+}
+
 template <class T>
 void key_arg(KeyBuilder& key, const T& value, bool is_static, bool is_out) {
   key.value(c10::IValue(value), is_static, is_out);
@@ -86,7 +90,7 @@ class Call {
  public:
   explicit Call(const std::array<bool, N>& written) : written_(written) {}
 
-  CallState state;
+  CallState state{/*recycled_aliases=*/true};
 
   const at::Tensor& map(const at::Tensor& t) {
     const size_t i = next_++;
