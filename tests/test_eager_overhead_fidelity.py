@@ -75,6 +75,43 @@ def test_memory_peaks_match_the_hand_derived_ones_and_aliases_hold_no_device_mem
     assert torch.neuron.max_memory_allocated() == base + 2 * F32_64x64
 
 
+def test_scalar_tensor_accounts_the_fill_kernel_pytorch_composes_it_from(fresh_cache):
+    """PyTorch builds scalar_tensor as empty() then fill_() on every device but the CPU, and
+    the real product compiles that fill_ with its value static (TR ops/creation.py:44-50): the
+    native kernel writes the number itself but must report the same kernels and memory."""
+    base = torch.neuron.memory_allocated()
+    zeros = [torch.scalar_tensor(0.0, device="neuron") for _ in range(2)]
+    minus_inf = torch.scalar_tensor(float("-inf"), device="neuron")
+    flag = torch.scalar_tensor(1, dtype=torch.bool, device="neuron")
+    assert torch.neuron.memory_allocated() == base + 3 * 4 + 1  # three float32 and one bool
+    metrics = torch_neuronx.metrics()
+    assert metrics["kernels"]["per_op"] == {"aten::fill_.Scalar": {"calls": 4, "signatures": 3, "misses": 3}}
+    assert metrics["compilation_cache"]["total_compilations"] == 3
+    assert [t.item() for t in zeros] == [0.0, 0.0] and minus_inf.item() == float("-inf")
+    assert flag.dtype == torch.bool and flag.item() is True and flag.device.type == "neuron"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int32,
+                                   torch.int8, torch.bool, torch.complex64, torch.int64,
+                                   torch.float64])
+@pytest.mark.parametrize("value", [3, -2.5, True])
+def test_scalar_tensor_gives_the_cpu_value(dtype, value):
+    expected = torch.scalar_tensor(value, dtype=dtype)
+    got = torch.scalar_tensor(value, dtype=dtype, device="neuron")
+    assert got.shape == expected.shape and got.dtype == expected.dtype
+    assert torch.equal(got.cpu(), expected)
+
+
+def test_attention_with_a_boolean_mask_gives_the_cpu_result():
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 3, 8, generator=gen) for _ in range(3))
+    mask = torch.tensor([[True, False, True], [True, True, False], [False, True, True]])
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    got = torch.nn.functional.scaled_dot_product_attention(
+        *(t.to("neuron") for t in (q, k, v)), attn_mask=mask.to("neuron"))
+    torch.testing.assert_close(got.cpu(), expected)
+
+
 def _interleaved_results(device: str) -> list[torch.Tensor]:
     """Fast-path ops whose arguments change dtype, shape, offset, strides and sign bit from one
     call to the next, so a recycled alias must be re-pointed completely every time."""
