@@ -18,5 +18,9 @@ at::Tensor unowned_cpu_alias(const at::Tensor& t);
 at::Tensor call_cpu_alias(const at::Tensor& t);
 // The inverse: a neuron tensor taking ownership of a CPU tensor's storage.
 at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index);
+// The same for a tensor an ATen CPU kernel just returned: when the caller's
+// handle is its only reference, that tensor itself becomes the neuron tensor
+// (no new tensor or storage objects); otherwise as adopt_cpu_tensor.
+at::Tensor adopt_cpu_result(const at::Tensor& cpu, c10::DeviceIndex index);
 
 } // namespace torch_neuronx

@@ -38,7 +38,7 @@ void CallState::note_other(const at::Tensor& t) {
 
 at::Tensor CallState::alias(const at::Tensor& t, bool is_write) {
   note_device(t.device());
-  at::Tensor a = recycled_aliases_ ? call_cpu_alias(t) : cpu_alias(t);
+  at::Tensor a = aten_kernel_ ? call_cpu_alias(t) : cpu_alias(t);
   auto* storage = a.storage().unsafeGetStorageImpl();
   by_tensor_.emplace_back(a.unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
   by_storage_.emplace_back(storage, t.unsafeGetTensorImpl());
@@ -112,7 +112,7 @@ at::Tensor CallState::to_neuron(const at::Tensor& out) {
                                out.options().device(kNeuron, index));
     cpu_alias(result).copy_(out);
   } else {
-    result = adopt_cpu_tensor(out, index);
+    result = aten_kernel_ ? adopt_cpu_result(out, index) : adopt_cpu_tensor(out, index);
     adopted_.emplace_back(storage, result);
   }
   if (needs_narrowing(result.dtype())) {

@@ -90,7 +90,7 @@ class Call {
  public:
   explicit Call(const std::array<bool, N>& written) : written_(written) {}
 
-  CallState state{/*recycled_aliases=*/true};
+  CallState state{/*aten_kernel=*/true};
 
   const at::Tensor& map(const at::Tensor& t) {
     const size_t i = next_++;

@@ -83,7 +83,7 @@ at::Tensor scalar_tensor(
   TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
               "neuron tensors support only the strided layout, got ", *layout);
   at::Tensor value = at::detail::scalar_tensor_static(s, type, at::kCPU);
-  at::Tensor t = adopt_cpu_tensor(value, index_of(device));
+  at::Tensor t = adopt_cpu_result(value, index_of(device));
   Fill::account(t, s);
   return t;
 }
