@@ -39,12 +39,16 @@ at::Tensor cpu_view(const at::Tensor& t, c10::DataPtr data) {
 
 // Pointed at `t`'s bytes without a reference; fresh objects for every alias
 // were a third of the fast path's own cost on a small op (two heap objects
-// made and freed per argument).
+// made and freed per argument). A storage's search starts at the shell its
+// address hashes to, so a tensor used again (weights, a cache, a loop's
+// operands) usually finds the shell still pointing at its bytes.
 class AliasPool {
  public:
   at::Tensor acquire(const at::Tensor& t) {
+    const c10::StorageImpl* neuron = t.storage().unsafeGetStorageImpl();
+    const size_t home = (reinterpret_cast<uintptr_t>(neuron) >> 4) % kShells;
     for (size_t k = 0; k < kShells; ++k) {
-      at::Tensor& shell = shells_[(next_ + k) % kShells];
+      at::Tensor& shell = shells_[(home + k) % kShells];
       if (!shell.defined()) {
         shell = unowned_cpu_alias(t);
       } else if (shell.use_count() == 1 && shell.storage().use_count() == 1) {
@@ -52,7 +56,6 @@ class AliasPool {
       } else {
         continue; // in use by a call still running (nested or listed twice)
       }
-      next_ = (next_ + k + 1) % kShells;
       return shell;
     }
     return unowned_cpu_alias(t); // more aliases alive at once than shells
@@ -65,11 +68,16 @@ class AliasPool {
     auto* impl = shell.unsafeGetTensorImpl();
     const c10::Storage& neuron = t.storage();
     auto* storage = shell.storage().unsafeGetStorageImpl();
-    // A kernel that grew an out= argument left its own CPU memory here; the
-    // non-owning pointer that replaces it frees that.
-    storage->set_data_ptr_noswap(
-        c10::DataPtr(neuron.mutable_data(), c10::Device(c10::DeviceType::CPU)));
-    storage->set_nbytes(neuron.nbytes());
+    // A kernel that grew an out= argument left its own CPU memory here (never
+    // at the neuron bytes' address); the non-owning pointer replacing it
+    // frees that.
+    if (storage->data() != neuron.data()) {
+      storage->set_data_ptr_noswap(
+          c10::DataPtr(neuron.mutable_data(), c10::Device(c10::DeviceType::CPU)));
+    }
+    if (storage->nbytes() != neuron.nbytes()) {
+      storage->set_nbytes(neuron.nbytes());
+    }
     if (impl->dtype() != t.dtype()) {
       impl->set_storage_and_dtype(shell.storage(), t.dtype());
     }
@@ -86,7 +94,6 @@ class AliasPool {
   }
 
   std::array<at::Tensor, kShells> shells_;
-  size_t next_ = 0;
 };
 thread_local AliasPool t_alias_pool;
 
