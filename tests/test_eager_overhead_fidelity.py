@@ -112,6 +112,20 @@ def test_attention_with_a_boolean_mask_gives_the_cpu_result():
     torch.testing.assert_close(got.cpu(), expected)
 
 
+def test_a_result_made_neuron_in_place_is_a_neuron_tensor_like_any_other():
+    """The fast path turns a CPU kernel's result into the neuron tensor itself: its dispatch
+    keys (autograd, autocast), device and storage must be those of a tensor allocated on the
+    device, or later ops would take CPU routes."""
+    a = torch.randn(8, 8).to("neuron")
+    allocated = torch.empty(8, 8, device="neuron")
+    for result in (a + a, torch.mm(a, a), torch.max(a, dim=1)[0], torch.scalar_tensor(2.0, device="neuron")):
+        assert result.device == allocated.device
+        assert result.untyped_storage().device == allocated.device
+        assert torch._C._dispatch_keys(result) == torch._C._dispatch_keys(allocated.new_empty(result.shape))
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        assert torch.mm(a + a, a).dtype == torch.bfloat16  # the result of `+` takes neuron's autocast
+
+
 def _interleaved_results(device: str) -> list[torch.Tensor]:
     """Fast-path ops whose arguments change dtype, shape, offset, strides and sign bit from one
     call to the next, so a recycled alias must be re-pointed completely every time."""
