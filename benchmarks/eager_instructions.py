@@ -1,7 +1,7 @@
 """Instructions per eager op and per decoded token, ``neuron`` next to CPU, counted by callgrind.
 
   python -m benchmarks.eager_instructions                  # add, mul, fill_ (64×64), decode
-  python -m benchmarks.eager_instructions --only add,decode --ops 5000 --tokens 4
+  python -m benchmarks.eager_instructions --only add,decode --ops 5000 --tokens 5
 
 A host measurement that load does not disturb: each (workload, device) runs in its own process
 under ``valgrind --tool=callgrind`` with collection switched on only around the measured loop
@@ -27,8 +27,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run_workload(workload: str, device: str, count: int, toggle) -> None:
-    """The measured loop: ``count`` 64×64 ops, or one static-cache ``generate()`` of ``count``
-    tokens after a warm-up one. ``toggle`` switches counting on and off around it."""
+    """The measured loop: ``count`` 64×64 ops, or the ``count - 1`` decode steps of a
+    static-cache ``generate()`` of ``count`` tokens after a warm-up one. ``toggle`` switches
+    counting on and off around it."""
     import torch
 
     import torch_neuronx  # noqa: F401  (registers the device)
@@ -57,9 +58,24 @@ def run_workload(workload: str, device: str, count: int, toggle) -> None:
                     cache_implementation="static", pad_token_id=0)
     with torch.no_grad():
         model.generate(prompt, **settings)  # warm-up: the static cache, the kernel signatures
-        toggle()
-        model.generate(prompt, **settings)
-        toggle()
+        model.generate(prompt, streamer=_DecodeSteps(toggle), **settings)
+
+
+class _DecodeSteps:
+    """A ``generate()`` streamer counting only decode steps: on once the first new token is out
+    (the prompt's prefill is behind), off when generation ends, so ``count`` tokens give
+    ``count - 1`` steps."""
+
+    def __init__(self, toggle):
+        self.toggle, self.puts = toggle, 0
+
+    def put(self, value) -> None:
+        self.puts += 1
+        if self.puts == 2:  # the prompt, then the first generated token
+            self.toggle()
+
+    def end(self) -> None:
+        self.toggle()
 
 
 def count_instructions(workload: str, device: str, count: int, valgrind: str) -> int:
@@ -81,12 +97,13 @@ def measure(workloads, ops: int, tokens: int, valgrind: str, log=print) -> list[
     rows = []
     for workload in workloads:
         count = tokens if workload == "decode" else ops
+        measured = count - 1 if workload == "decode" else count
         per = {}
         for device in ("cpu", "neuron"):
-            per[device] = count_instructions(workload, device, count, valgrind) / count
+            per[device] = count_instructions(workload, device, count, valgrind) / measured
             log(f"{workload} on {device}: {per[device]:,.0f} instructions per "
                 f"{'token' if workload == 'decode' else 'op'}")
-        rows.append({"workload": workload, "count": count, **per, "ratio": per["neuron"] / per["cpu"]})
+        rows.append({"workload": workload, "count": measured, **per, "ratio": per["neuron"] / per["cpu"]})
     return rows
 
 
@@ -105,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help=f"comma-separated workloads of {', '.join(WORKLOADS)}")
     parser.add_argument("--ops", type=int, default=20000, help="measured calls per op workload")
-    parser.add_argument("--tokens", type=int, default=8, help="measured tokens of the decode")
+    parser.add_argument("--tokens", type=int, default=9, help="generated tokens of the decode (all but the first measured)")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     parser.add_argument("--child", nargs=3, metavar=("WORKLOAD", "DEVICE", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -117,9 +134,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     workloads = [w.strip() for w in (args.only or ",".join(WORKLOADS)).split(",") if w.strip()]
     unknown = sorted(set(workloads) - set(WORKLOADS))
-    if unknown or args.ops < 1 or args.tokens < 1:
+    if unknown or args.ops < 1 or args.tokens < 2:
         parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}"
-                     if unknown else "--ops and --tokens must be ≥ 1")
+                     if unknown else "--ops must be ≥ 1 and --tokens ≥ 2")
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind); it counts the instructions")

@@ -52,3 +52,22 @@ def test_markdown_says_what_was_measured():
     text = eager_instructions.markdown(rows)
     assert "Host measurement: instructions counted by callgrind" in text
     assert "| `add` | op (64×64) | 1,000 | 1,100 | +100 | 1.100 |" in text
+
+
+def test_the_decode_counts_only_decode_steps(monkeypatch):
+    """Three tokens: the prompt's prefill (which also yields token 1) is not counted, the
+    two steps that produce tokens 2 and 3 are; one forward (one embedding lookup) per step."""
+    real_embedding = torch.nn.functional.embedding
+    state = {"on": False, "toggles": 0, "lookups": 0}
+
+    def embedding(*args, **kwargs):
+        state["lookups"] += state["on"]
+        return real_embedding(*args, **kwargs)
+
+    def toggle():
+        state["on"] = not state["on"]
+        state["toggles"] += 1
+
+    monkeypatch.setattr(torch.nn.functional, "embedding", embedding)
+    eager_instructions.run_workload("decode", "cpu", 3, toggle)
+    assert state == {"on": False, "toggles": 2, "lookups": 2}
