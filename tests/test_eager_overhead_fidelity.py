@@ -126,6 +126,21 @@ def test_a_result_made_neuron_in_place_is_a_neuron_tensor_like_any_other():
         assert torch.mm(a + a, a).dtype == torch.bfloat16  # the result of `+` takes neuron's autocast
 
 
+def test_arange_memory_matches_the_hand_derived_charge():
+    """torch.arange allocates an empty tensor and the out= kernel grows it: the device is
+    charged the grown size once, and the memory is released with the tensor."""
+    base = torch.neuron.memory_allocated()
+    torch.neuron.reset_peak_memory_stats()
+    r = torch.arange(1000, device="neuron")
+    assert torch.neuron.memory_allocated() == base + 1000 * 8
+    assert torch.neuron.max_memory_allocated() == base + 1000 * 8
+    s = torch.arange(3, 13, 2, dtype=torch.int32, device="neuron")
+    assert torch.neuron.memory_allocated() == base + 1000 * 8 + 5 * 4
+    assert r.cpu().equal(torch.arange(1000)) and s.cpu().equal(torch.arange(3, 13, 2, dtype=torch.int32))
+    del r, s
+    assert torch.neuron.memory_allocated() == base
+
+
 def _interleaved_results(device: str) -> list[torch.Tensor]:
     """Fast-path ops whose arguments change dtype, shape, offset, strides and sign bit from one
     call to the next, so a recycled alias must be re-pointed completely every time."""

@@ -159,4 +159,13 @@ at::Tensor adopt_cpu_result(const at::Tensor& cpu, c10::DeviceIndex index) {
   return cpu;
 }
 
+c10::Storage take_cpu_memory(c10::StorageImpl& cpu, c10::DeviceIndex index) {
+  auto storage = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), cpu.nbytes(), std::move(cpu.mutable_data_ptr()),
+      c10::GetCPUAllocator(), /*resizable=*/true);
+  cpu.set_nbytes(0);
+  adopt_cpu_storage_in_place(*storage, index);
+  return c10::Storage(std::move(storage));
+}
+
 } // namespace torch_neuronx

@@ -22,5 +22,8 @@ at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index);
 // handle is its only reference, that tensor itself becomes the neuron tensor
 // (no new tensor or storage objects); otherwise as adopt_cpu_tensor.
 at::Tensor adopt_cpu_result(const at::Tensor& cpu, c10::DeviceIndex index);
+// A new neuron storage of `index` holding the memory of a CPU storage nothing
+// else references (which is left empty): an out= buffer a kernel grew.
+c10::Storage take_cpu_memory(c10::StorageImpl& cpu, c10::DeviceIndex index);
 
 } // namespace torch_neuronx
