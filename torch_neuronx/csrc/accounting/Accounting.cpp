@@ -44,15 +44,17 @@ std::mutex g_mutex;
 std::unordered_map<uint64_t, SignatureCounts> g_signatures;
 uint64_t g_seen = 0; // signatures with `seen`, under g_mutex
 std::unordered_map<const void*, OpCounts> g_ops;
-std::atomic<uint64_t> g_calls{0};
-std::atomic<uint64_t> g_repeats{0};
+// Calls that marked their signature seen, under g_mutex. Total calls are the
+// sum of the per-op counts and repeats the rest, both formed when read, so a
+// repeat bumps two counters, not four.
+uint64_t g_first_calls = 0;
 // Bumped whenever seen signatures are forgotten or the salt changes: it
 // invalidates every thread's repeat cache.
 std::atomic<uint64_t> g_generation{1};
 
 // Repeats are the hot path (the same kernel every step): each thread
 // remembers signatures it has already seen counted, keyed by (op, arguments),
-// so a repeat costs a table probe and four relaxed increments instead of the
+// so a repeat costs a table probe and two relaxed increments instead of the
 // global lock and two hash-table lookups.
 struct RepeatCache {
   static constexpr size_t kSlots = 1024;
@@ -198,8 +200,6 @@ void account_signature(
   repeat_key |= 1; // 0 marks an empty slot
   auto& cached = t_repeats.slot(repeat_key);
   if (cached.first == repeat_key) {
-    g_calls.fetch_add(1, std::memory_order_relaxed);
-    g_repeats.fetch_add(1, std::memory_order_relaxed);
     cached.second->calls.fetch_add(1, std::memory_order_relaxed);
     cached.second->op->calls.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -211,7 +211,6 @@ void account_signature(
   py::object* callback = nullptr;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    g_calls.fetch_add(1, std::memory_order_relaxed);
     auto [it, inserted] = g_ops.try_emplace(&schema);
     auto& counts = it->second;
     if (inserted) {
@@ -228,10 +227,10 @@ void account_signature(
     signature.calls.fetch_add(1, std::memory_order_relaxed);
     cached = {repeat_key, &signature};
     if (signature.seen) {
-      g_repeats.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     signature.seen = true;
+    ++g_first_calls;
     ++g_seen;
     ++counts.signatures;
     if (g_callback == nullptr) {
@@ -313,13 +312,16 @@ void set_signature_callback(py::object fn) {
 
 AccountingStats accounting_stats() {
   std::lock_guard<std::mutex> lock(g_mutex);
-  AccountingStats stats{g_calls.load(), g_repeats.load(), g_seen, {}};
+  AccountingStats stats{0, 0, g_seen, {}};
   for (const auto& [key, counts] : g_ops) {
     const uint64_t calls = counts.calls.load(std::memory_order_relaxed);
     if (calls > 0) {
+      stats.calls += calls;
       stats.ops.push_back({counts.name, calls, counts.signatures});
     }
   }
+  // A repeat counted by another thread after the sum could exceed it: never below zero.
+  stats.repeats = stats.calls > g_first_calls ? stats.calls - g_first_calls : 0;
   return stats;
 }
 
@@ -346,8 +348,7 @@ void reset_accounting() {
     counts.calls = 0;
     counts.signatures = 0;
   }
-  g_calls = 0;
-  g_repeats = 0;
+  g_first_calls = 0;
   g_generation.fetch_add(1);
 }
 

@@ -117,6 +117,37 @@ void KeyBuilder::none() {
   mix(hash_, kNone);
 }
 
+void KeyBuilder::floating(double v, bool is_static) {
+  mix(hash_, is_static ? bits_of(v) : kFloat);
+}
+
+void KeyBuilder::boolean(bool v, bool is_static) {
+  mix(hash_, is_static ? (v ? 3 : 5) : kBool);
+}
+
+void KeyBuilder::complex(c10::complex<double> v, bool is_static) {
+  if (is_static) {
+    mix(hash_, bits_of(v.real()));
+    mix(hash_, bits_of(v.imag()));
+  } else {
+    mix(hash_, kComplex);
+  }
+}
+
+void KeyBuilder::scalar(const c10::Scalar& s, bool is_static) {
+  if (s.isSymbolic()) {
+    value(c10::IValue(s), is_static); // as boxing: a SymInt/SymFloat IValue
+  } else if (s.isFloatingPoint()) {
+    floating(s.toDouble(), is_static);
+  } else if (s.isBoolean()) {
+    boolean(s.toBool(), is_static);
+  } else if (s.isComplex()) {
+    complex(s.toComplexDouble(), is_static);
+  } else {
+    integer(s.toLong(), is_static);
+  }
+}
+
 void KeyBuilder::value(const c10::IValue& v, bool is_static, bool is_out) {
   if (v.isTensor()) {
     tensor(v.toTensor(), is_out);
@@ -128,17 +159,11 @@ void KeyBuilder::value(const c10::IValue& v, bool is_static, bool is_out) {
   } else if (v.isInt()) {
     integer(v.toInt(), is_static);
   } else if (v.isDouble()) {
-    mix(hash_, is_static ? bits_of(v.toDouble()) : kFloat);
+    floating(v.toDouble(), is_static);
   } else if (v.isBool()) {
-    mix(hash_, is_static ? (v.toBool() ? 3 : 5) : kBool);
+    boolean(v.toBool(), is_static);
   } else if (v.isComplexDouble()) {
-    const auto c = v.toComplexDouble();
-    if (is_static) {
-      mix(hash_, bits_of(c.real()));
-      mix(hash_, bits_of(c.imag()));
-    } else {
-      mix(hash_, kComplex);
-    }
+    complex(v.toComplexDouble(), is_static);
   } else if (v.isString()) {
     mix(hash_, is_static ? std::hash<std::string>{}(v.toStringRef()) : kString);
   } else if (v.isNone()) {

@@ -31,6 +31,9 @@ class KeyBuilder {
   void tensor(const at::Tensor& t, bool is_out = false);
   void value(const c10::IValue& v, bool is_static, bool is_out = false);
   void integer(int64_t v, bool is_static);
+  // A Scalar as boxing would key it (double, int, bool or complex), without
+  // the IValue: the fast path's scalars (`alpha`, `other`, fill values).
+  void scalar(const c10::Scalar& s, bool is_static);
   void none();
 
   uint64_t hash() const {
@@ -47,6 +50,10 @@ class KeyBuilder {
   }
 
  private:
+  void floating(double v, bool is_static);
+  void boolean(bool v, bool is_static);
+  void complex(c10::complex<double> v, bool is_static);
+
   uint64_t hash_ = kSeed;
   bool has_empty_ = false;
   c10::SmallVector<const at::Tensor*, 2> non_contiguous_;

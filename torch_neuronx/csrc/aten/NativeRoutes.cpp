@@ -19,6 +19,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // memory and metadata
   m.impl("empty.memory_format", native::empty_memory_format);
   m.impl("empty_strided", native::empty_strided);
+  m.impl("scalar_tensor", native::scalar_tensor);
   m.impl("resize_", native::resize_);
   m.impl("set_.source_Storage_storage_offset", native::set_storage);
   m.impl("set_.source_Storage", at::native::set_);

@@ -10,6 +10,8 @@
 
 #include <c10/core/CPUAllocator.h>
 
+#include <array>
+
 namespace torch_neuronx {
 
 namespace {
@@ -35,6 +37,66 @@ at::Tensor cpu_view(const at::Tensor& t, c10::DataPtr data) {
   return alias;
 }
 
+// Pointed at `t`'s bytes without a reference; fresh objects for every alias
+// were a third of the fast path's own cost on a small op (two heap objects
+// made and freed per argument). A storage's search starts at the shell its
+// address hashes to, so a tensor used again (weights, a cache, a loop's
+// operands) usually finds the shell still pointing at its bytes.
+class AliasPool {
+ public:
+  at::Tensor acquire(const at::Tensor& t) {
+    const c10::StorageImpl* neuron = t.storage().unsafeGetStorageImpl();
+    const size_t home = (reinterpret_cast<uintptr_t>(neuron) >> 4) % kShells;
+    for (size_t k = 0; k < kShells; ++k) {
+      at::Tensor& shell = shells_[(home + k) % kShells];
+      if (!shell.defined()) {
+        shell = unowned_cpu_alias(t);
+      } else if (shell.use_count() == 1 && shell.storage().use_count() == 1) {
+        repoint(shell, t);
+      } else {
+        continue; // in use by a call still running (nested or listed twice)
+      }
+      return shell;
+    }
+    return unowned_cpu_alias(t); // more aliases alive at once than shells
+  }
+
+ private:
+  static constexpr size_t kShells = 32;
+
+  static void repoint(at::Tensor& shell, const at::Tensor& t) {
+    auto* impl = shell.unsafeGetTensorImpl();
+    const c10::Storage& neuron = t.storage();
+    auto* storage = shell.storage().unsafeGetStorageImpl();
+    // A kernel that grew an out= argument left its own CPU memory here (never
+    // at the neuron bytes' address); the non-owning pointer replacing it
+    // frees that.
+    if (storage->data() != neuron.data()) {
+      storage->set_data_ptr_noswap(
+          c10::DataPtr(neuron.mutable_data(), c10::Device(c10::DeviceType::CPU)));
+    }
+    if (storage->nbytes() != neuron.nbytes()) {
+      storage->set_nbytes(neuron.nbytes());
+    }
+    if (impl->dtype() != t.dtype()) {
+      impl->set_storage_and_dtype(shell.storage(), t.dtype());
+    }
+    if (impl->sizes() != t.sizes() || impl->strides() != t.strides() ||
+        impl->storage_offset() != t.storage_offset()) {
+      impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    }
+    if (shell.is_conj() != t.is_conj()) {
+      shell._set_conj(t.is_conj());
+    }
+    if (shell.is_neg() != t.is_neg()) {
+      shell._set_neg(t.is_neg());
+    }
+  }
+
+  std::array<at::Tensor, kShells> shells_;
+};
+thread_local AliasPool t_alias_pool;
+
 } // namespace
 
 at::Tensor cpu_alias(const at::Tensor& t) {
@@ -58,6 +120,10 @@ at::Tensor unowned_cpu_alias(const at::Tensor& t) {
   return cpu_view(t, c10::DataPtr(t.storage().mutable_data(), c10::Device(c10::DeviceType::CPU)));
 }
 
+at::Tensor call_cpu_alias(const at::Tensor& t) {
+  return t_alias_pool.acquire(t);
+}
+
 at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index) {
   if (!cpu.defined()) {
     return cpu;
@@ -72,6 +138,34 @@ at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index) {
   out.unsafeGetTensorImpl()->set_sizes_and_strides(
       cpu.sizes(), cpu.strides(), cpu.storage_offset());
   return out;
+}
+
+at::Tensor adopt_cpu_result(const at::Tensor& cpu, c10::DeviceIndex index) {
+  auto* impl = cpu.defined() ? cpu.unsafeGetTensorImpl() : nullptr;
+  // Only a plain dense CPU tensor that nobody else can observe changes device
+  // in place; anything else (shared, a wrapped number, extra dispatch keys
+  // such as Python, conj or neg) is adopted through new objects.
+  const bool sole = impl != nullptr && cpu.use_count() == 1 && cpu.storage().use_count() == 1 &&
+      impl->device_type() == c10::DeviceType::CPU && impl->layout() == c10::kStrided &&
+      !impl->is_wrapped_number() && !impl->is_conj() && !impl->is_neg() &&
+      !impl->_is_zerotensor() && !impl->key_set().has(c10::DispatchKey::Python) &&
+      !impl->has_symbolic_sizes_strides() && impl->allow_tensor_metadata_change();
+  if (!sole) {
+    return adopt_cpu_tensor(cpu, index);
+  }
+  adopt_cpu_storage_in_place(*cpu.storage().unsafeGetStorageImpl(), index);
+  impl->set_storage_keep_dtype(cpu.storage()); // the tensor's device follows its storage
+  impl->_change_backend_component_keys(c10::Device(kNeuron, index));
+  return cpu;
+}
+
+c10::Storage take_cpu_memory(c10::StorageImpl& cpu, c10::DeviceIndex index) {
+  auto storage = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), cpu.nbytes(), std::move(cpu.mutable_data_ptr()),
+      c10::GetCPUAllocator(), /*resizable=*/true);
+  cpu.set_nbytes(0);
+  adopt_cpu_storage_in_place(*storage, index);
+  return c10::Storage(std::move(storage));
 }
 
 } // namespace torch_neuronx

@@ -57,6 +57,7 @@ struct Charge {
   c10::DeviceIndex device;
   c10::Storage adopted; // set when the bytes belong to an adopted CPU storage
   void* owned;          // set when we allocated the bytes ourselves
+  c10::DataPtr taken;   // set when the bytes were taken from a CPU storage in place
 };
 
 class NeuronAllocator final : public c10::DeviceAllocator {
@@ -128,7 +129,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
         throw;
       }
     }
-    auto* ctx = new Charge{nbytes, index, {}, data};
+    auto* ctx = new Charge{nbytes, index, {}, data, {}};
     return {data, ctx, &NeuronAllocator::release,
             c10::Device(kNeuron, index)};
   }
@@ -268,8 +269,18 @@ c10::DataPtr adopt_cpu_storage(
   const size_t bytes = cpu_storage.nbytes();
   g_allocator.charge(index, bytes);
   void* data = cpu_storage.mutable_data();
-  auto* ctx = new Charge{bytes, index, cpu_storage, nullptr};
+  auto* ctx = new Charge{bytes, index, cpu_storage, nullptr, {}};
   return {data, ctx, &NeuronAllocator::release, c10::Device(kNeuron, index)};
+}
+
+void adopt_cpu_storage_in_place(c10::StorageImpl& storage, c10::DeviceIndex index) {
+  const size_t bytes = storage.nbytes();
+  g_allocator.charge(index, bytes);
+  void* data = storage.mutable_data();
+  auto* ctx = new Charge{bytes, index, {}, nullptr, std::move(storage.mutable_data_ptr())};
+  storage.set_data_ptr_noswap(
+      c10::DataPtr(data, ctx, &NeuronAllocator::release, c10::Device(kNeuron, index)));
+  storage.set_allocator(&g_allocator);
 }
 
 } // namespace torch_neuronx

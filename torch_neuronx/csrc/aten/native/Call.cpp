@@ -38,7 +38,7 @@ void CallState::note_other(const at::Tensor& t) {
 
 at::Tensor CallState::alias(const at::Tensor& t, bool is_write) {
   note_device(t.device());
-  at::Tensor a = cpu_alias(t);
+  at::Tensor a = aten_kernel_ ? call_cpu_alias(t) : cpu_alias(t);
   auto* storage = a.storage().unsafeGetStorageImpl();
   by_tensor_.emplace_back(a.unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
   by_storage_.emplace_back(storage, t.unsafeGetTensorImpl());
@@ -112,7 +112,7 @@ at::Tensor CallState::to_neuron(const at::Tensor& out) {
                                out.options().device(kNeuron, index));
     cpu_alias(result).copy_(out);
   } else {
-    result = adopt_cpu_tensor(out, index);
+    result = aten_kernel_ ? adopt_cpu_result(out, index) : adopt_cpu_tensor(out, index);
     adopted_.emplace_back(storage, result);
   }
   if (needs_narrowing(result.dtype())) {
@@ -158,12 +158,21 @@ void CallState::sync_written_args() {
       // layout: the alias's strides and offset may reach beyond numel().
       const auto& fresh = alias.storage();
       c10::DeviceGuard guard(original->device());
-      c10::Storage storage(c10::Storage::use_byte_size_t(), fresh.nbytes(), allocator(),
-                           /*resizable=*/true);
-      if (fresh.nbytes() > 0) {
-        std::memcpy(storage.mutable_data(), fresh.data(), fresh.nbytes());
+      if (aten_kernel_ && fresh.use_count() == 1) {
+        // An ATen kernel's own buffer that nothing else holds (arange's
+        // out=, grown from empty): the device takes the memory itself, and
+        // the tensor its new storage as set_ would give it.
+        original->set_storage_keep_dtype(take_cpu_memory(
+            *fresh.unsafeGetStorageImpl(), original->device().index()));
+        original->set_sizes_and_strides(alias.sizes(), alias.strides(), alias.storage_offset());
+      } else {
+        c10::Storage storage(c10::Storage::use_byte_size_t(), fresh.nbytes(), allocator(),
+                             /*resizable=*/true);
+        if (fresh.nbytes() > 0) {
+          std::memcpy(storage.mutable_data(), fresh.data(), fresh.nbytes());
+        }
+        retain(original).set_(storage, alias.storage_offset(), alias.sizes(), alias.strides());
       }
-      retain(original).set_(storage, alias.storage_offset(), alias.sizes(), alias.strides());
     } else if (alias.sizes() != original->sizes() ||
                alias.strides() != original->strides() ||
                alias.storage_offset() != original->storage_offset()) {

@@ -22,6 +22,14 @@ namespace torch_neuronx {
 
 class CallState {
  public:
+  // `aten_kernel`: the kernel is one of ATen's own CPU kernels (the fast
+  // path): it keeps no argument after returning, so aliases come from the
+  // per-thread pool (call_cpu_alias), and its results are fresh C++ tensors,
+  // so a result nothing else holds becomes the neuron tensor in place
+  // (adopt_cpu_result). Other kernels (the fallback's, possibly Python) get
+  // aliases and results of their own.
+  explicit CallState(bool aten_kernel = false) : aten_kernel_(aten_kernel) {}
+
   // A CPU alias of the neuron tensor `t` (which must outlive this state).
   // `is_write`: the op may write the argument (in-place, out=).
   at::Tensor alias(const at::Tensor& t, bool is_write);
@@ -54,6 +62,7 @@ class CallState {
   };
   void restore_written_args();
 
+  bool aten_kernel_;
   std::optional<c10::DeviceIndex> device_;
   std::optional<c10::Device> other_device_; // first conflicting device seen
   bool cpu_tensor_mixed_ = false;

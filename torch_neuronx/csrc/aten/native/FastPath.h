@@ -71,6 +71,10 @@ inline void key_arg(KeyBuilder& key, at::OptionalIntArrayRef values, bool is_sta
   }
 }
 
+inline void key_arg(KeyBuilder& key, const c10::Scalar& s, bool is_static, bool) {
+  key.scalar(s, is_static);
+}
+
 template <class T>
 void key_arg(KeyBuilder& key, const T& value, bool is_static, bool is_out) {
   key.value(c10::IValue(value), is_static, is_out);
@@ -86,7 +90,7 @@ class Call {
  public:
   explicit Call(const std::array<bool, N>& written) : written_(written) {}
 
-  CallState state;
+  CallState state{/*aten_kernel=*/true};
 
   const at::Tensor& map(const at::Tensor& t) {
     const size_t i = next_++;
@@ -264,21 +268,28 @@ struct FastKernel<Op, Ret(Args...)> {
     return written;
   }
 
+  // The kernel accounting of one call (when accounting is on), also for a
+  // native kernel that does this op's work another way (scalar_tensor).
+  static void account(Args... args) {
+    if (!accounting_enabled()) {
+      return;
+    }
+    static_assert(N <= 64, "argument masks cover 64 arguments");
+    const ArgumentMasks masks = argument_masks(handle().schema());
+    KeyBuilder key;
+    size_t i = 0;
+    // Left to right (a fold over the comma operator), as the boxed key.
+    ((key_arg(key, args, ((masks.is_static >> i) & 1) != 0, ((masks.is_out >> i) & 1) != 0),
+      ++i),
+     ...);
+    account_call(handle(), key, [&] { return c10::impl::boxArgs<Args...>(args...); });
+  }
+
   static Ret call(Args... args) {
     Call<N> call(written());
     std::tuple<Args...> mapped{call.map(args)...};
     call.state.check_devices(handle().operator_name());
-    if (accounting_enabled()) {
-      static_assert(N <= 64, "argument masks cover 64 arguments");
-      const ArgumentMasks masks = argument_masks(handle().schema());
-      KeyBuilder key;
-      size_t i = 0;
-      // Left to right (a fold over the comma operator), as the boxed key.
-      ((key_arg(key, args, ((masks.is_static >> i) & 1) != 0, ((masks.is_out >> i) & 1) != 0),
-        ++i),
-       ...);
-      account_call(handle(), key, [&] { return c10::impl::boxArgs<Args...>(args...); });
-    }
+    account(args...);
     auto run = [](auto&... a) -> Ret {
       HostPoolScope scope;
       return Op::redispatch(kCpuKeys, a...);

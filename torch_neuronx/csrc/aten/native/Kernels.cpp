@@ -5,6 +5,7 @@
 // core, views must share the neuron storage itself (not an alias of it), and
 // copies are where host<->device transfers happen. Views reuse PyTorch's
 // device-generic implementations, since neuron memory is host memory.
+#include "aten/native/FastPath.h"
 #include "aten/native/Native.h"
 #include "numerics/Narrowing.h"
 #include "runtime/Alias.h"
@@ -12,6 +13,7 @@
 #include "runtime/Device.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/ScalarOps.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/resize_native.h>
 #include <ATen/ops/set_native.h>
@@ -58,6 +60,32 @@ at::Tensor empty_strided(
       size, stride, allocator(),
       c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
       c10::dtype_or_default(dtype));
+}
+
+// PyTorch's composite kernel is empty() then fill_() (SDPA builds two per
+// call for a boolean mask): two trips through the dispatcher and a fast-path
+// call for one number. The real product runs those same two steps, so the
+// fill_ kernel is accounted exactly as that call would be (value static); the
+// number is written on the host and the memory adopted, charged as empty()'s.
+at::Tensor scalar_tensor(
+    const c10::Scalar& s,
+    std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout,
+    std::optional<c10::Device> device,
+    std::optional<bool> pin_memory) {
+  using Fill = FastKernel<at::_ops::fill__Scalar>;
+  const auto type = c10::dtype_or_default(dtype);
+  if (type == at::kLong || type == at::kDouble) {
+    // 64-bit values keep the fill_ path: it applies the narrowing mode.
+    at::Tensor t = empty_memory_format({}, type, layout, device, pin_memory, std::nullopt);
+    return Fill::call(t, s);
+  }
+  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
+              "neuron tensors support only the strided layout, got ", *layout);
+  at::Tensor value = at::detail::scalar_tensor_static(s, type, at::kCPU);
+  at::Tensor t = adopt_cpu_result(value, index_of(device));
+  Fill::account(t, s);
+  return t;
 }
 
 const at::Tensor& resize_(

@@ -20,6 +20,10 @@ at::Tensor empty_strided(
     c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
     std::optional<c10::Layout> layout, std::optional<c10::Device> device,
     std::optional<bool> pin_memory);
+at::Tensor scalar_tensor(
+    const c10::Scalar& s, std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+    std::optional<bool> pin_memory);
 const at::Tensor& resize_(
     const at::Tensor& self, c10::SymIntArrayRef size,
     std::optional<c10::MemoryFormat> memory_format);

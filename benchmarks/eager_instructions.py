@@ -1,0 +1,150 @@
+"""Instructions per eager op and per decoded token, ``neuron`` next to CPU, counted by callgrind.
+
+  python -m benchmarks.eager_instructions                  # add, mul, fill_ (64×64), decode
+  python -m benchmarks.eager_instructions --only add,decode --ops 5000 --tokens 5
+
+A host measurement that load does not disturb: each (workload, device) runs in its own process
+under ``valgrind --tool=callgrind`` with collection switched on only around the measured loop
+(``torch._C._valgrind_toggle``), so start-up, model building and warm-up are not counted. Wall
+times on a shared machine swing by tens of percent; instruction counts by well under one. They
+are not times (a cache miss costs more than an add), but the device path's own cost is
+bookkeeping — aliasing, accounting, allocation — whose instructions track its time closely.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+OPS = ("add", "mul", "fill_")
+WORKLOADS = (*OPS, "decode")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_workload(workload: str, device: str, count: int, toggle) -> None:
+    """The measured loop: ``count`` 64×64 ops, or the ``count - 1`` decode steps of a
+    static-cache ``generate()`` of ``count`` tokens after a warm-up one. ``toggle`` switches
+    counting on and off around it."""
+    import torch
+
+    import torch_neuronx  # noqa: F401  (registers the device)
+
+    torch.set_num_threads(1)
+    if workload in OPS:
+        gen = torch.Generator().manual_seed(0)
+        a = torch.randn(64, 64, generator=gen).to(device)
+        b = torch.randn(64, 64, generator=gen).to(device)
+        op = {"add": lambda: torch.add(a, b), "mul": lambda: torch.mul(a, b),
+              "fill_": lambda: a.fill_(1.0)}[workload]
+        for _ in range(50):  # warm-up: the kernel signature, the allocator
+            op()
+        toggle()
+        for _ in range(count):
+            op()
+        toggle()
+        return
+    from benchmarks.model import SIZES, build_model, token_batch
+
+    size = SIZES["full"]
+    model = build_model(size).to(device).eval()
+    model.generation_config.disable_compile = True
+    prompt = token_batch(size, size.prompt, 10_000)[:1].to(device)
+    settings = dict(max_new_tokens=count, min_new_tokens=count, do_sample=False,
+                    cache_implementation="static", pad_token_id=0)
+    with torch.no_grad():
+        model.generate(prompt, **settings)  # warm-up: the static cache, the kernel signatures
+        model.generate(prompt, streamer=_DecodeSteps(toggle), **settings)
+
+
+class _DecodeSteps:
+    """A ``generate()`` streamer counting only decode steps: on once the first new token is out
+    (the prompt's prefill is behind), off when generation ends, so ``count`` tokens give
+    ``count - 1`` steps."""
+
+    def __init__(self, toggle):
+        self.toggle, self.puts = toggle, 0
+
+    def put(self, value) -> None:
+        self.puts += 1
+        if self.puts == 2:  # the prompt, then the first generated token
+            self.toggle()
+
+    def end(self) -> None:
+        self.toggle()
+
+
+def count_instructions(workload: str, device: str, count: int, valgrind: str) -> int:
+    """Instructions callgrind collected in one child process running the measured loop."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "callgrind.out"
+        command = [valgrind, "--tool=callgrind", "--collect-atstart=no",
+                   f"--callgrind-out-file={out}", sys.executable, "-m", "benchmarks.eager_instructions",
+                   "--child", workload, device, str(count)]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+        collected = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
+        if done.returncode != 0 or collected is None:
+            raise SystemExit(f"{workload} on {device}: the callgrind run failed:\n{done.stderr[-2000:]}")
+        return int(collected.group(1))
+
+
+def measure(workloads, ops: int, tokens: int, valgrind: str, log=print) -> list[dict]:
+    rows = []
+    for workload in workloads:
+        count = tokens if workload == "decode" else ops
+        measured = count - 1 if workload == "decode" else count
+        per = {}
+        for device in ("cpu", "neuron"):
+            per[device] = count_instructions(workload, device, count, valgrind) / measured
+            log(f"{workload} on {device}: {per[device]:,.0f} instructions per "
+                f"{'token' if workload == 'decode' else 'op'}")
+        rows.append({"workload": workload, "count": measured, **per, "ratio": per["neuron"] / per["cpu"]})
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["Host measurement: instructions counted by callgrind, one process per cell, "
+             "counting only the measured loop.", "",
+             "| workload | per | CPU | neuron | neuron − CPU | ratio |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        unit = "token" if r["workload"] == "decode" else "op (64×64)"
+        lines.append(f"| `{r['workload']}` | {unit} | {r['cpu']:,.0f} | {r['neuron']:,.0f} | "
+                     f"{r['neuron'] - r['cpu']:+,.0f} | {r['ratio']:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help=f"comma-separated workloads of {', '.join(WORKLOADS)}")
+    parser.add_argument("--ops", type=int, default=20000, help="measured calls per op workload")
+    parser.add_argument("--tokens", type=int, default=9, help="generated tokens of the decode (all but the first measured)")
+    parser.add_argument("--markdown", type=Path, help="also write the table to this file")
+    parser.add_argument("--child", nargs=3, metavar=("WORKLOAD", "DEVICE", "COUNT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        import torch
+
+        workload, device, count = args.child
+        run_workload(workload, device, int(count), torch._C._valgrind_toggle)
+        return
+    workloads = [w.strip() for w in (args.only or ",".join(WORKLOADS)).split(",") if w.strip()]
+    unknown = sorted(set(workloads) - set(WORKLOADS))
+    if unknown or args.ops < 1 or args.tokens < 2:
+        parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}"
+                     if unknown else "--ops must be ≥ 1 and --tokens ≥ 2")
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("valgrind is not installed (apt-get install valgrind); it counts the instructions")
+    text = markdown(measure(workloads, args.ops, args.tokens, valgrind))
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""benchmarks.eager_instructions: the measured loops run on both devices and count only themselves.
+
+The instruction counts need valgrind and minutes (``python -m benchmarks.eager_instructions``);
+here the child's workloads run without it and the counting switch is checked to bracket them.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks import eager_instructions
+
+
+@pytest.mark.parametrize("workload", eager_instructions.OPS)
+@pytest.mark.parametrize("device", ["cpu", "neuron"])
+def test_the_toggle_brackets_exactly_the_measured_calls(workload, device):
+    seen = []
+    real_add, real_mul = torch.add, torch.mul
+
+    def counted(fn):
+        def wrapper(*args, **kwargs):
+            seen.append(fn.__name__)
+            return fn(*args, **kwargs)
+        return wrapper
+
+    state = {"on": False, "inside": 0}
+
+    def toggle():
+        state["on"] = not state["on"]
+        if state["on"]:
+            seen.clear()
+        else:
+            state["inside"] = len(seen)
+
+    torch.add, torch.mul = counted(real_add), counted(real_mul)
+    try:
+        eager_instructions.run_workload(workload, device, 7, toggle)
+    finally:
+        torch.add, torch.mul = real_add, real_mul
+    assert state["on"] is False  # switched on once and off once
+    assert state["inside"] == (7 if workload in ("add", "mul") else 0)
+
+
+def test_unknown_workload_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit):
+        eager_instructions.main(["--only", "add,bogus"])
+    assert "unknown workload(s) bogus" in capsys.readouterr().err
+
+
+def test_markdown_says_what_was_measured():
+    rows = [{"workload": "add", "count": 10, "cpu": 1000.0, "neuron": 1100.0, "ratio": 1.1}]
+    text = eager_instructions.markdown(rows)
+    assert "Host measurement: instructions counted by callgrind" in text
+    assert "| `add` | op (64×64) | 1,000 | 1,100 | +100 | 1.100 |" in text
+
+
+def test_the_decode_counts_only_decode_steps(monkeypatch):
+    """Three tokens: the prompt's prefill (which also yields token 1) is not counted, the
+    two steps that produce tokens 2 and 3 are; one forward (one embedding lookup) per step."""
+    real_embedding = torch.nn.functional.embedding
+    state = {"on": False, "toggles": 0, "lookups": 0}
+
+    def embedding(*args, **kwargs):
+        state["lookups"] += state["on"]
+        return real_embedding(*args, **kwargs)
+
+    def toggle():
+        state["on"] = not state["on"]
+        state["toggles"] += 1
+
+    monkeypatch.setattr(torch.nn.functional, "embedding", embedding)
+    eager_instructions.run_workload("decode", "cpu", 3, toggle)
+    assert state == {"on": False, "toggles": 2, "lookups": 2}
