@@ -2,8 +2,8 @@
 
 The fast path (aten/native/FastPath.h) recycles the CPU tensors it views neuron memory through
 (runtime/Alias.h, call_cpu_alias) and keys scalars without boxing them. Neither may change what
-the emulator reports: the counts below are derived by hand from the real product's key rules,
-cited from ../shared/research/torchneuron-source-2026-04.md §1 ("Eager NEFF cache key"):
+the emulator reports: the counts below are derived by hand from the real product's key rules
+(cited as ARCHITECTURE.md "How the real product is cited" defines):
 shapes and dtypes are keyed, `alpha` of add and the `fill_` value are static arguments (TR
 ops/binary.py:8-9, ops/creation.py:44-50), strides are not keyed but a strided input first runs
 the contiguity kernel (TR csrc/core/NeuronBindings.cpp:87-140), and compilations are counted apart
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import torch_neuronx
-from torch_neuronx.fidelity import use_neff_cache
+from torch_neuronx.accounting import use_neff_cache
 
 F32_64x64 = 64 * 64 * 4  # bytes of one 64x64 float32 tensor
 
