@@ -41,6 +41,7 @@ from . import artifacts, cache, device_interface, kernel_lowering, passes, stabl
 from .aliased_execution import alias_runner
 from ..projection import graph_compile_seconds
 from .metrics import METRICS, GraphRecord, NeuronCompilationMetrics
+from .tile2d_atomic_add import corrected_cpu_codegen
 
 _log = get_logger("compile")
 artifacts.install()  # Inductor's artefacts degrade instead of breaking the job (compile/artifacts.py)
@@ -190,7 +191,10 @@ def _compile_aot_graph(
         fake_mode = detect_fake_mode(example_inputs)
         cpu_inputs = passes.cpu_fake_inputs(fake_mode, example_inputs)
         FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
-        with inductor_config.patch(fx_graph_cache=cache.persistent() and inductor_config.fx_graph_cache):
+        with (
+            inductor_config.patch(fx_graph_cache=cache.persistent() and inductor_config.fx_graph_cache),
+            corrected_cpu_codegen(),
+        ):
             compiled = compile_fx_inner(
                 gm, cpu_inputs, is_inference=is_inference, is_backward=is_backward
             )
