@@ -5,9 +5,9 @@ a matmul. Its backward accumulates (``index_put`` with ``accumulate=True``) a
 gradient that arrives transposed, so Inductor 2.13 builds a 2-D tiled kernel
 whose atomic add rewrites the store index twice (``x1 + 2*x1_inner``): plain
 ``torch.compile(backend="inductor")`` on CPU returns wrong gradients, or writes
-outside the buffer when the index holds two heads (heap corruption: the process aborts). Our
-backend corrects that
-store (compile/tile2d_atomic_add.py) and keeps Inductor's vectorization.
+outside the buffer when the index holds two heads (heap corruption: the process aborts).
+Our backend corrects that store (compile/tile2d_atomic_add.py) and keeps Inductor's
+vectorization.
 """
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from ..fidelity import projected
 from ..runtime.errors import first_line
 from ..runtime.log import get_logger
 from ..runtime.settings import get_flag
-from . import artifacts, cache, device_interface, kernel_lowering, passes, stablehlo
+from . import artifacts, cache, device_interface, failed_backward, kernel_lowering, passes, stablehlo
 from .aliased_execution import alias_runner
 from ..projection import graph_compile_seconds
 from .metrics import METRICS, GraphRecord, NeuronCompilationMetrics
@@ -202,6 +202,8 @@ def _compile_aot_graph(
         runner = alias_runner(compiled, devices, executed)
     except Exception as exc:
         if eager_graph is None:
+            if is_backward:  # raised on the device's autograd thread (compile/failed_backward.py)
+                failed_backward.note()
             raise NEFFCompilationError(SETUP_FAILED.format(exc)) from exc
         _note_fallback(exc)
         runner = make_boxed_func(eager_graph.forward)
