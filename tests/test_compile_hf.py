@@ -158,11 +158,14 @@ def test_trainer_with_torch_compile_selects_neuron_backend(base_model, tmp_path)
 NO_DROPOUT = {"gpt2": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}}  # masks differ by RNG
 
 
-@pytest.mark.parametrize("model_type", ["llama", "qwen2", "gpt2"])
+# Falcon (multi_query=True, its tiny config's default): its key/value heads are picked by a list
+# index, whose backward Inductor 2.13 compiled wrong on CPU (compile/tile2d_atomic_add.py).
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "gpt2", "falcon"])
 def test_compiled_training_step_with_eager_attention_matches_cpu(model_type):
     from torch_neuronx.testing.tiny_models import tiny_causal_lm
 
     reference = tiny_causal_lm(model_type, attn_implementation="eager", **NO_DROPOUT.get(model_type, {})).train()
+    assert model_type != "falcon" or reference.config.multi_query
     model = copy.deepcopy(reference).to("neuron")
     ids = torch.randint(3, 200, (2, 16), generator=torch.Generator().manual_seed(5))
     compiled = torch.compile(model, backend="neuron")

@@ -37,10 +37,11 @@ from ..accounting import projected
 from ..runtime.errors import first_line
 from ..runtime.log import get_logger
 from ..runtime.settings import get_flag
-from . import artifacts, cache, device_interface, kernel_lowering, passes, stablehlo
+from . import artifacts, cache, device_interface, failed_backward, kernel_lowering, passes, stablehlo
 from .aliased_execution import alias_runner
 from ..projection import graph_compile_seconds
 from .dynamo_metrics import METRICS, GraphRecord, NeuronCompilationMetrics
+from .tile2d_atomic_add import corrected_cpu_codegen
 
 _log = get_logger("compile")
 artifacts.install()  # Inductor's artefacts degrade instead of breaking the job (compile/artifacts.py)
@@ -190,7 +191,10 @@ def _compile_aot_graph(
         fake_mode = detect_fake_mode(example_inputs)
         cpu_inputs = passes.cpu_fake_inputs(fake_mode, example_inputs)
         FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
-        with inductor_config.patch(fx_graph_cache=cache.persistent() and inductor_config.fx_graph_cache):
+        with (
+            inductor_config.patch(fx_graph_cache=cache.persistent() and inductor_config.fx_graph_cache),
+            corrected_cpu_codegen(),
+        ):
             compiled = compile_fx_inner(
                 gm, cpu_inputs, is_inference=is_inference, is_backward=is_backward
             )
@@ -198,6 +202,8 @@ def _compile_aot_graph(
         runner = alias_runner(compiled, devices, executed)
     except Exception as exc:
         if eager_graph is None:
+            if is_backward:  # raised on the device's autograd thread (compile/failed_backward.py)
+                failed_backward.note()
             raise NEFFCompilationError(SETUP_FAILED.format(exc)) from exc
         _note_fallback(exc)
         runner = make_boxed_func(eager_graph.forward)
