@@ -33,15 +33,17 @@ def test_info_json_is_strict_json(capsys):
 
 
 def test_info_json_refuses_a_value_json_cannot_hold(monkeypatch, capsys):
-    """A non-finite figure is an error, never ``NaN`` in the output a script parses."""
+    """A non-finite figure is an error of ours (exit 3 with its traceback), never ``NaN`` in the
+    output a script parses."""
     from torch_neuronx.cli import info as info_command
     from torch_neuronx.cli.main import main
+    from torch_neuronx.runtime.exit_codes import ExitCode
 
     collected = info_command.collect()
     monkeypatch.setattr(info_command, "collect", lambda: {**collected, "hbm_per_core_bytes": float("nan")})
-    with pytest.raises(ValueError, match="not JSON compliant"):
-        main(["info", "--json"])
-    assert "NaN" not in capsys.readouterr().out
+    assert main(["info", "--json"]) is ExitCode.INTERNAL_ERROR
+    printed = capsys.readouterr()
+    assert "NaN" not in printed.out and "not JSON compliant" in printed.err
 
 
 @pytest.mark.parametrize("instance", sorted(PROFILES))

@@ -298,3 +298,22 @@ def test_a_crash_while_compiling_keeps_the_eager_results(tmp_path):
     assert result["status"] == "pass" and result["device_checks"] == eager["device_checks"]
     assert result["compiled"]["status"] == "ours_fail"
     assert result["compiled"]["error"] == "worker crashed (exit code -11) during the compiled eager stage"
+
+
+def test_a_model_transformers_never_compiles_is_not_applicable_not_ours():
+    """DBRX declares ``_can_compile_fullgraph = False``: Transformers never compiles its static-cache
+    ``generate`` on any device, so "nothing was compiled" is not a failure of the emulator."""
+    from torch_neuronx.coverage.compiled import compiled_status, not_auto_compiled
+    from torch_neuronx.coverage.markdown import check_mark
+    from torch_neuronx.testing.tiny_models import tiny_causal_lm
+
+    assert not_auto_compiled(tiny_causal_lm("llama")) is None
+    reason = not_auto_compiled(tiny_causal_lm("dbrx"))
+    assert reason is not None and "DbrxForCausalLM" in reason
+    skipped = {"ok": None, "error": reason, "cause": None, "op": None}
+    assert check_mark(skipped) == "n/a"
+    assert check_mark({"ok": None, "error": "not compared: fails on CPU (x)", "cause": None, "op": None}) == "cpu"
+    passed = {"ok": True, "error": None, "cause": None, "op": None}
+    results = {a: {"supported": True, "checks": {"compiled_forward": passed, "compiled_generate_static": skipped}}
+               for a in ("sdpa", "eager")}
+    assert compiled_status(results) == "pass"

@@ -27,6 +27,7 @@ COMPILED_CHECKS = ("compiled_forward", "compiled_backward", "compiled_generate_s
 REFERENCE = {"compiled_forward": "forward", "compiled_backward": "backward",
              "compiled_generate_static": "generate_static"}
 SHARED, OURS = "shared", "ours"
+NOT_APPLICABLE = "not applicable"
 _NAMED_OP = re.compile(r"no lowering for (\S+)")
 
 
@@ -101,6 +102,16 @@ def _run_compiled(name: str, step, reference: dict, cpu: dict) -> dict:
     return result
 
 
+def not_auto_compiled(model) -> str | None:
+    """Why the static-cache ``generate`` check does not apply: Transformers compiles a model's
+    decoding by itself only when the model declares it can be captured whole
+    (``_can_compile_fullgraph``); otherwise it never does, on any device."""
+    if getattr(model, "_can_compile_fullgraph", False):
+        return None
+    return (f"{NOT_APPLICABLE}: Transformers never compiles {type(model).__name__}'s generate "
+            "(_can_compile_fullgraph is False), on any device")
+
+
 def _cpu_reference(model, ids) -> tuple[dict, dict]:
     """Eager CPU outputs of the checks the compiled ones are compared with."""
     steps = {"forward": lambda: logits_of(model, ids), "backward": lambda: gradients(model, ids),
@@ -128,7 +139,9 @@ def probe_attention(model_type: str, attention: str, device: str) -> dict:
         target = torch.device(device)
         dev_model = copy.deepcopy(model).to(target)
         steps = _device_steps(dev_model, ids.to(target))
-        checks = {name: _run_compiled(name, steps[name], reference, cpu) for name in COMPILED_CHECKS}
+        skipped = {"compiled_generate_static": not_auto_compiled(dev_model)}
+        checks = {name: {"ok": None, "error": skipped[name], "cause": None, "op": None} if skipped.get(name)
+                  else _run_compiled(name, steps[name], reference, cpu) for name in COMPILED_CHECKS}
     finally:
         torch._dynamo.reset()
     return {"supported": True, "cpu": cpu, "checks": checks}

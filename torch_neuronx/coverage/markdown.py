@@ -5,18 +5,19 @@ the tool's output, not a hand copy.
 """
 from __future__ import annotations
 
-from .compiled import ATTENTION, COMPILED_CHECKS, OURS, SHARED
+from .compiled import ATTENTION, COMPILED_CHECKS, NOT_APPLICABLE, OURS, SHARED
 from .sweep import compiled_failures
 
-MARKS = {"pass": "✓", SHARED: "S", OURS: "**✗**", "cpu": "cpu", "unsupported": "–"}
+MARKS = {"pass": "✓", SHARED: "S", OURS: "**✗**", "cpu": "cpu", "n/a": "n/a", "unsupported": "–"}
 LEGEND = ("✓ matches the CPU; S fails as the real product would (torch-mlir names an op it cannot lower); "
           "**✗** fails in the emulator only; cpu: the CPU fails the check too (not compared); "
+          "n/a: Transformers never compiles this model's generate, on any device; "
           "– attention implementation not supported by the architecture")
 
 
 def check_mark(check: dict) -> str:
     if check["ok"] is None:
-        return MARKS["cpu"]
+        return MARKS["n/a"] if (check["error"] or "").startswith(NOT_APPLICABLE) else MARKS["cpu"]
     return MARKS["pass"] if check["ok"] else MARKS[check["cause"]]
 
 
