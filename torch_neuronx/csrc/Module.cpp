@@ -125,7 +125,7 @@ void bind_routes(py::module& m) {
   m.def("_bit_exact_ops", &bit_exact_ops,
         "Ops sent to the CPU kernel instead of a decomposition (see aten/CpuFallbackRoutes.cpp)");
   m.def("_ops_routed_to_fallback", &route_ops_to_fallback,
-        "How many structured and foreach ops were routed to the fallback at module init (aten/CpuFallbackRoutes.cpp)");
+        "The structured and foreach ops routed to the fallback at module init (aten/CpuFallbackRoutes.cpp)");
   m.def("_set_fused_attention", &native::set_fused_attention,
         "TORCH_NEURONX_ENABLE_NKI_SDPA: fused flash attention when possible (see aten/AttentionRoutes.cpp)");
 }

@@ -80,15 +80,16 @@ bool is_structured_without_kernel(const c10::OperatorHandle& op) {
 
 } // namespace
 
-int64_t route_ops_to_fallback() {
-  static int64_t routed = -1;
-  if (routed >= 0) {
+const std::vector<std::string>& route_ops_to_fallback() {
+  static std::vector<std::string> routed;
+  static bool done = false;
+  if (done) {
     return routed;
   }
+  done = true;
   static auto* library = new torch::Library(
       torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
   auto& dispatcher = c10::Dispatcher::singleton();
-  routed = 0;
   for (const auto& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0) {
       continue;
@@ -98,12 +99,12 @@ int64_t route_ops_to_fallback() {
         !(is_structured_without_kernel(*op) || is_single_kernel_foreach(name))) {
       continue;
     }
-    const std::string qualified = name.overload_name.empty()
+    std::string qualified = name.overload_name.empty()
         ? name.name
         : name.name + "." + name.overload_name;
     library->impl(qualified.c_str(),
                   torch::CppFunction::makeFromBoxedFunction<&native::neuron_fallback>());
-    ++routed;
+    routed.push_back(std::move(qualified));
   }
   return routed;
 }

@@ -14,8 +14,8 @@ std::vector<std::string> fast_path_ops();
 // Ops sent to the CPU kernel instead of PyTorch's decomposition (CpuFallbackRoutes.cpp).
 const std::vector<std::string>& bit_exact_ops();
 // Sends structured ops and the single-kernel foreach ops straight to the
-// fallback; returns how many were routed. Idempotent: the first call (at
-// module init) does the work.
-int64_t route_ops_to_fallback();
+// fallback; returns the names it routed ("aten::atan2", "aten::_foreach_add.List").
+// Idempotent: the first call (at module init) does the work.
+const std::vector<std::string>& route_ops_to_fallback();
 
 } // namespace torch_neuronx
