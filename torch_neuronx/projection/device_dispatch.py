@@ -5,8 +5,9 @@ The device decides in PyTorch's dispatcher (``csrc/aten/README.md``), first matc
 
 1. an op registered for ``PrivateUse1`` runs that kernel. The boxed fallback and the fast
    path (``_C._fast_path_ops()``, ``_C._bit_exact_ops()``, and the structured and foreach ops
-   routed to the fallback at module init) are kernels the accounting counts; every other
-   registration (views, factories, copies, the memory-format checks) launches none;
+   routed to the fallback at module init, ``_C._ops_routed_to_fallback()``) are kernels the
+   accounting counts; every other registration (views, factories, copies, the memory-format
+   checks) launches none;
 2. otherwise the op's composite kernel (CompositeExplicitAutograd[NonFunctional], then
    CompositeImplicitAutograd) runs and calls other ops, each routed again: ``embedding`` is an
    ``index_select``, ``slice_backward`` a ``zero_`` and a copy, ``t`` an ``as_strided``;
@@ -34,29 +35,27 @@ KERNEL, COMPOSITE, NATIVE = "kernel", "composite", "native"
 _COMPOSITE_KEYS = (DispatchKey.CompositeExplicitAutogradNonFunctional, DispatchKey.CompositeExplicitAutograd,
                    DispatchKey.CompositeImplicitAutograd)
 _has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+# Native kernels that do their composite's work another way but account its kernels, as the real
+# product runs them: ``scalar_tensor`` is ``empty`` + ``fill_`` (``csrc/aten/native/Kernels.cpp``)
+_ACCOUNTED_AS_COMPOSITE = frozenset({"aten::scalar_tensor"})
 
 
 @functools.cache
 def _fallback_registrations() -> frozenset[str]:
-    """Ops registered for PrivateUse1 by name in the fast path and the bit-exact table."""
-    named = set(_C._fast_path_ops()) | set(_C._bit_exact_ops())
+    """Ops registered for PrivateUse1 as kernels: the fast path, the bit-exact table and the
+    structured and foreach ops the fallback took at module init (``route_ops_to_fallback``)."""
+    named = set(_C._fast_path_ops()) | set(_C._bit_exact_ops()) | set(_C._ops_routed_to_fallback())
     return frozenset(n if "::" in n else f"aten::{n}" for n in named)
-
-
-def _routed_at_init(name: str) -> bool:
-    """The fallback's module-init registrations (``route_ops_to_fallback``): structured ops
-    (a CPU kernel behind PyTorch's out= wrapper) and foreach ops, none of which the native
-    route table registers."""
-    return name.startswith("aten::_foreach_") or (
-        _has_kernel(name, "CPU") and _has_kernel(name, "CompositeExplicitAutogradNonFunctional"))
 
 
 @functools.cache
 def route(func: torch._ops.OpOverload) -> str:
     """``KERNEL``, ``COMPOSITE`` or ``NATIVE``: what the device runs for ``func``."""
     name = func.name()
+    if name in _ACCOUNTED_AS_COMPOSITE:
+        return COMPOSITE
     if _has_kernel(name, "PrivateUse1"):
-        return KERNEL if name in _fallback_registrations() or _routed_at_init(name) else NATIVE
+        return KERNEL if name in _fallback_registrations() else NATIVE
     if composite_key(func) is not None:
         return COMPOSITE
     return KERNEL
