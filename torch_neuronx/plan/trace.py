@@ -12,7 +12,8 @@ model, or one pipeline stage's share. Nothing is allocated on the host.
 
 The fake tensors live on the ``neuron`` device, so PyTorch's composite ops take the device's
 branches (fused dropout, the device's attention choice, the device's autocast lists), and
-``ProjectionMode`` counts the kernels the eager device would launch (``projection/device_dispatch.py``).
+``ProjectionMode`` counts the kernels the eager device would launch (``projection/device_dispatch.py``;
+the backward's gradient sums in place where the device sums in place, ``projection/gradient_sums.py``).
 """
 from __future__ import annotations
 
@@ -153,7 +154,7 @@ def _run(config, work: Workload, layers: int, projector: Projector) -> tuple[flo
                 with ProjectionMode(projector) as fwd, autocast:
                     loss = model(**_training_inputs(model, ids)).loss
                 with ProjectionMode(projector) as bwd:
-                    loss.backward()
+                    bwd.backward(loss)
             runs = {"forward": fwd, "backward": bwd}
         else:
             model.eval()

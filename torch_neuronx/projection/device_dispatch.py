@@ -13,7 +13,9 @@ The device decides in PyTorch's dispatcher (``csrc/aten/README.md``), first matc
    ``index_select``, ``slice_backward`` a ``zero_`` and a copy, ``t`` an ``as_strided``;
 3. otherwise the boxed fallback's catch-all: a kernel.
 
-No table here repeats the C++ lists: this module asks the live dispatcher and ``_C``.
+No table here repeats the C++ lists: this module asks the live dispatcher and ``_C``. One native
+kernel is followed as its composite: ``scalar_tensor`` writes its number on the host but accounts
+the ``fill_`` its composite would launch (``csrc/aten/native/Kernels.cpp``).
 What an accounted call adds (a ``contiguous`` kernel per strided input, nothing for an empty
 input) is the accounting's rule (``csrc/accounting/Accounting.cpp``), applied by :func:`kernels_of`.
 The real product's rules they follow: ops with neither a device nor a composite kernel fall back

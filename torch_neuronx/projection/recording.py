@@ -10,7 +10,8 @@ kernel), keyed as the device keys them, and the dtype casts it runs without a
 kernel, which a compiled graph still does (``kernel.in_graph``); it backs
 ``ProjectionMode``, which projects a host, meta or fake run (the plan's trace)
 as the C++ accounting projects a ``neuron`` run: one signature per device key,
-a count per call.
+a count per call; ``ProjectionMode.backward`` counts the autograd engine's gradient sums
+in place where the device does (``gradient_sums``).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_map
 
 from . import device_dispatch
+from .gradient_sums import GradientSums
 from .kernel import flop_formula, in_graph, tensors_in
 
 _METADATA_OPS = {
@@ -69,14 +71,16 @@ class DeviceOpRecorder(TorchDispatchMode):
         super().__init__()
         self.on_kernel = on_kernel
         self.on_convert = on_convert
+        self.gradient_sums: GradientSums | None = None  # set while a backward runs (ProjectionMode.backward)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in _METADATA_OPS or not isinstance(func, torch._ops.OpOverload):
             return func(*args, **kwargs)
-        route = device_dispatch.route(func)
+        on_device = self.gradient_sums.device_op(func, args) if self.gradient_sums else func
+        route = device_dispatch.route(on_device)
         if route == device_dispatch.KERNEL:
-            for op, key, op_args in device_dispatch.kernels_of(func, args, kwargs):
+            for op, key, op_args in device_dispatch.kernels_of(on_device, args, kwargs):
                 self.on_kernel(op, key, op_args)
         elif route == device_dispatch.COMPOSITE and not func.is_view:
             # a composite view only re-strides (as_strided, view: native), so only a
@@ -136,6 +140,17 @@ class ProjectionMode:
         if key not in counter:
             self.projector.add_signature(op, key, args)
         counter[key] += 1
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()`` inside ``with self:``, the engine's gradient sums counted as the
+        device runs them: under a dispatch mode the engine never sums in place, so the mode is
+        told which sums the device does (``gradient_sums``)."""
+        with GradientSums([loss]) as sums:
+            self._recorder.gradient_sums = sums
+            try:
+                loss.backward()
+            finally:
+                self._recorder.gradient_sums = None
 
     def __enter__(self) -> "ProjectionMode":
         self._recorder.__enter__()
