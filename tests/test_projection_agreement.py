@@ -184,15 +184,35 @@ def test_the_plan_trace_projects_the_same_training_step_as_the_device(build, mas
     assert _eager_compile_seconds(projector, calls) == _eager_compile_seconds(projector, device)
 
 
+class _GappedGradient(torch.autograd.Function):
+    """The identity, whose gradient is a fresh tensor with a gap between rows: not dense."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        rows, cols = grad.shape
+        return torch.empty_strided((rows, cols), (2 * cols, 1), dtype=grad.dtype, device=grad.device).copy_(grad)
+
+
 def _gradient_sums(x, w):
-    """A backward meeting each case of the engine's in-place test (``projection/gradient_sums.py``)."""
-    d = x.exp()  # made first, so its node runs last
+    """A backward meeting each case of the engine's in-place test (``projection/gradient_sums.py``).
+    Nodes made later run first."""
+    d = x.exp()
     a = x * w
     b = a.sin() + a.cos() + a.exp()  # three fresh gradients of ``a``: summed in place
     c = b + b  # one gradient handed to both uses of ``b``: summed out of place
     e = c.sin()
-    h = torch.cat([c, d])  # ``c``'s share of cat's gradient is a view sharing storage with ``d``'s, still pending
-    return e.sum() + h.sum() + x.sum()  # ``x.sum()``'s gradient is an expand: not dense
+    h = torch.cat([c, d])  # ``c``'s share of cat's gradient is a view (its base holds the storage)
+    v = x * 4
+    v_cos = v.cos()
+    gapped = _GappedGradient.apply(v)  # arrives before ``v.cos()``'s: fresh, but not dense
+    k = x * 5
+    k_cos = k.cos()
+    k_flat = k.view(32) * 2  # ``k``'s gradient through the view arrives first: a view (its base holds the storage)
+    return e.sum() + h.sum() + x.sum() + v_cos.sum() + gapped.sum() + k_cos.sum() + k_flat.sum()
 
 
 def _traced_gradient_sums(projector) -> Counter:
@@ -207,8 +227,11 @@ def _traced_gradient_sums(projector) -> Counter:
 
 def test_the_trace_sums_gradients_in_place_exactly_where_the_engine_does(clean_metrics, monkeypatch):
     """Against the device's own engine: the traced backward counts ``add_`` for exactly the sums
-    the engine runs in place on ``neuron`` tensors. The graph has sums of both kinds, so summing
-    every one in place, or none, miscounts."""
+    the engine runs in place on ``neuron`` tensors. The graph has sums of both kinds, and each
+    clause of the test decides one of them: summing every one in place, or none, or ignoring
+    density or views, miscounts."""
+    import dataclasses
+
     from torch_neuronx.projection import gradient_sums
 
     x, w = (torch.randn(4, 8, device="neuron", requires_grad=True) for _ in range(2))
@@ -216,9 +239,19 @@ def test_the_trace_sums_gradients_in_place_exactly_where_the_engine_does(clean_m
     projector = P.get_projector()
     on_device = _per_op(projector, device)
     assert _per_op(projector, _traced_gradient_sums(projector)) == on_device
-    for every_sum_in_place in (True, False):
-        monkeypatch.setattr(gradient_sums, "_in_place", lambda *_, v=every_sum_in_place: v)
-        assert _per_op(projector, _traced_gradient_sums(projector)) != on_device
+    read = gradient_sums._Gradient.of
+
+    def reading(**fields):
+        return staticmethod(lambda t: dataclasses.replace(read(t), **fields))
+
+    mutants = {"every sum in place": (gradient_sums, "_in_place", lambda *_: True),
+               "no sum in place": (gradient_sums, "_in_place", lambda *_: False),
+               "density ignored": (gradient_sums._Gradient, "of", reading(plain_dense=True)),
+               "views ignored": (gradient_sums._Gradient, "of", reading(view=False))}
+    for name, (owner, attribute, mutant) in mutants.items():
+        with monkeypatch.context() as patch:
+            patch.setattr(owner, attribute, mutant)
+            assert _per_op(projector, _traced_gradient_sums(projector)) != on_device, name
 
 
 def test_the_plan_shows_the_training_figures_the_pilot_and_metrics_show(job):

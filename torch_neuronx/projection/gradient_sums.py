@@ -45,16 +45,18 @@ class _Gradient:
     @classmethod
     def of(cls, t: torch.Tensor) -> "_Gradient":
         strided = t.layout == torch.strided and not t.is_nested
-        return cls(t._cdata, t.untyped_storage()._cdata if strided else None, t._is_view(), t.is_sparse or t.is_sparse_csr,
+        return cls(t._cdata, t.untyped_storage()._cdata if strided else None, t._is_view(),
+                   t.is_sparse or t.is_sparse_csr,
                    strided and not t._is_zerotensor() and is_non_overlapping_and_dense_or_false(t))
 
     def held_once(self, holders: list["_Gradient"]) -> bool:
         """The engine's ``use_count() == 1`` on the tensor and on its storage."""
         if self.impl is None:
             return True
+        if self.storage is None or self.view:
+            return False
         sharing_storage = {h.impl for h in holders if h.storage == self.storage}
-        return self.storage is not None and not self.view and sum(h.impl == self.impl for h in holders) == 1 \
-            and sharing_storage == {self.impl}
+        return sum(h.impl == self.impl for h in holders) == 1 and sharing_storage == {self.impl}
 
 
 _SUM = _Gradient(None, None, False, False, True)  # the result of a sum: fresh (or summed in place, so held once), dense
