@@ -75,3 +75,16 @@ def neuron_log():
     logger.addHandler(handler)
     yield records
     logger.removeHandler(handler)
+
+
+def pytest_collection_finish(session):
+    """Start early what selected tests will wait for: a test module may define ``start_early()``
+    for work that mostly waits (a child killed by its timeout), called once here when any of its
+    tests runs, so the wait passes while the tests before it run. Not on ``--collect-only``."""
+    if session.config.option.collectonly:
+        return
+    modules = {item.module for item in session.items if getattr(item, "module", None) is not None}
+    for module in sorted(modules, key=lambda m: m.__name__):
+        start = getattr(module, "start_early", None)
+        if start is not None:
+            start()
