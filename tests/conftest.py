@@ -13,6 +13,7 @@ os.environ.setdefault("TORCH_NEURONX_NEFF_CACHE_DIR", tempfile.mkdtemp(prefix="t
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+import children  # noqa: E402
 import torch_neuronx  # noqa: E402,F401  (registers the device even with autoload off)
 from torch_neuronx.runtime.profiles import TOPOLOGY_ENV  # noqa: E402
 
@@ -78,13 +79,19 @@ def neuron_log():
 
 
 def pytest_collection_finish(session):
-    """Start early what selected tests will wait for: a test module may define ``start_early()``
-    for work that mostly waits (a child killed by its timeout), called once here when any of its
-    tests runs, so the wait passes while the tests before it run. Not on ``--collect-only``."""
+    """Start early what selected tests will wait for: a test module may define ``start_early()``,
+    called once here when any of its tests runs, for child processes that need nothing from the
+    tests before it: a wait (a child killed by its timeout) or work queued on the background lane
+    (``children.Lane``) then passes while those tests run. Not on ``--collect-only``."""
     if session.config.option.collectonly:
         return
-    modules = {item.module for item in session.items if getattr(item, "module", None) is not None}
-    for module in sorted(modules, key=lambda m: m.__name__):
+    modules = [getattr(item, "module", None) for item in session.items]
+    for module in dict.fromkeys(m for m in modules if m is not None):  # in the order they run
         start = getattr(module, "start_early", None)
         if start is not None:
             start()
+
+
+def pytest_sessionfinish(session):
+    """A session ended early (``-x``) drops the background jobs not begun."""
+    children.background.close()

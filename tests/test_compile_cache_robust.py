@@ -9,11 +9,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+import children
 
 pytestmark = pytest.mark.slow
 
@@ -32,20 +35,22 @@ _CHILD = textwrap.dedent(
     """
 )
 _UNUSABLE = "compiled graphs are not kept between runs"
+REPO = Path(__file__).resolve().parents[1]
 
 
-def _run(neff_cache_dir: Path) -> tuple[dict, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
+def _run(neff_cache_dir: Path, environ: dict[str, str]) -> tuple[dict, str]:
+    env = {k: v for k, v in environ.items() if not k.startswith("TORCHINDUCTOR_")}
     env.pop("TORCHNEURON_CHOSEN_INDUCTOR_CACHE_DIR", None)
     env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(neff_cache_dir)
-    proc = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["err"] < 1e-4 and result["err2"] < 1e-5, result
     return result, proc.stderr
 
 
-def _truncated_library_runs(cache: Path) -> dict:
+def _truncated_library_runs(cache: Path, environ: dict[str, str]) -> dict:
     """Every compiled library cut short, as by a process killed while the compiler wrote them;
     then a run, and another."""
     # Every library, including Inductor's vector-ISA probe: a truncated probe used to make the
@@ -53,47 +58,63 @@ def _truncated_library_runs(cache: Path) -> dict:
     libraries = [p for p in (cache / "compile").rglob("*.so") if "precompiled_headers" not in p.parts]
     for lib in libraries:
         lib.write_bytes(lib.read_bytes()[:64])
-    first, first_stderr = _run(cache)
+    first, first_stderr = _run(cache, environ)
     after_first = {"quarantined": list((cache / "compile" / "quarantine").iterdir()),
                    "sizes": [lib.stat().st_size for lib in libraries]}
-    _, second_stderr = _run(cache)
+    _, second_stderr = _run(cache, environ)
     return {"libraries": libraries, "first": first, "first_stderr": first_stderr, **after_first,
             "second_stderr": second_stderr}
 
 
-def _corrupt_entry_runs(cache: Path) -> dict:
+def _corrupt_entry_runs(cache: Path, environ: dict[str, str]) -> dict:
     """Every FX graph cache entry overwritten with garbage; then a run, and another."""
     entries = [p for p in (cache / "compile" / "fxgraph").rglob("*") if p.is_file() and not p.name.startswith(".")]
     for entry in entries:
         entry.write_bytes(b"not a pickle")
-    _, first_stderr = _run(cache)
+    _, first_stderr = _run(cache, environ)
     left = [entry for entry in entries if entry.exists()]
-    second, second_stderr = _run(cache)
+    second, second_stderr = _run(cache, environ)
     return {"entries": entries, "first_stderr": first_stderr, "left": left, "second": second,
             "second_stderr": second_stderr}
 
 
-def _on_a_copy(filled: Future, warmed: Path, copy: Path, scenario) -> dict:
+def _on_a_copy(filled: Future, warmed: Path, copy: Path, scenario, environ: dict[str, str]) -> dict:
     filled.result()  # the damaged caches are copies of a full one
-    return scenario(Path(shutil.copytree(warmed, copy)))
+    return scenario(Path(shutil.copytree(warmed, copy)), environ)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def _scenarios(base: Path, environ: dict[str, str]) -> dict:
     """Every scenario's fresh interpreters, two at a time (each is seconds of imports and C++
     builds on one core): the unusable cache beside the first run that fills a cache, then the
-    damaged copies of that cache side by side. Each test reads its own scenario's outcome, so
-    a failing run fails the tests that need it, no other."""
-    base = tmp_path_factory.mktemp("robust")
+    damaged copies of that cache side by side. Each scenario's outcome is a finished future, so
+    a failing run fails the tests that read it, no other."""
     a_file = base / "not-a-dir"
     a_file.write_text("the user's file")
     warmed = base / "warmed" / "cache"
     with ThreadPoolExecutor(max_workers=2) as pool:
-        unusable = pool.submit(_run, a_file)
-        filled = pool.submit(_run, warmed)
-        yield {"a_file": a_file, "unusable": unusable, "warmed": warmed, "filled": filled,
-               "truncated": pool.submit(_on_a_copy, filled, warmed, base / "truncated", _truncated_library_runs),
-               "corrupt": pool.submit(_on_a_copy, filled, warmed, base / "corrupt", _corrupt_entry_runs)}
+        filled = pool.submit(_run, warmed, environ)
+        outcomes = {"unusable": pool.submit(_run, a_file, environ), "filled": filled,
+                    **{name: pool.submit(_on_a_copy, filled, warmed, base / name, scenario, environ)
+                       for name, scenario in (("truncated", _truncated_library_runs),
+                                              ("corrupt", _corrupt_entry_runs))}}
+    return {"base": base, "a_file": a_file, "warmed": warmed, **outcomes}
+
+
+def _job_arguments() -> tuple[Path, dict[str, str]]:
+    return Path(tempfile.mkdtemp(prefix="torchneuron-robust-")), dict(os.environ)
+
+
+def start_early() -> None:
+    """Queued on the background lane once collection is done (conftest.py): the scenarios
+    need nothing from the tests before them."""
+    children.background.queue(__name__, _scenarios, _job_arguments)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    outcome = children.background.take(__name__, _scenarios, _job_arguments)
+    yield outcome
+    shutil.rmtree(outcome["base"], ignore_errors=True)
 
 
 @pytest.fixture
