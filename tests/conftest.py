@@ -79,17 +79,22 @@ def neuron_log():
 
 
 def pytest_collection_finish(session):
-    """Start early what selected tests will wait for: a test module may define ``start_early()``,
-    called once here when any of its tests runs, for child processes that need nothing from the
-    tests before it: a wait (a child killed by its timeout) or work queued on the background lane
-    (``children.Lane``) then passes while those tests run. Not on ``--collect-only``."""
+    """Start early what selected tests will wait for: a test module may define
+    ``start_early(fixtures)``, called once here with the fixture names its selected tests use,
+    for child processes that need nothing from the tests before them: a wait (a child killed by
+    its timeout) or work queued on the background lane (``children.Lane``) then passes while
+    those tests run. Not on ``--collect-only``."""
     if session.config.option.collectonly:
         return
-    modules = [getattr(item, "module", None) for item in session.items]
-    for module in dict.fromkeys(m for m in modules if m is not None):  # in the order they run
+    fixtures: dict = {}  # module -> fixture names, modules in the order they run
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if module is not None:
+            fixtures.setdefault(module, set()).update(getattr(item, "fixturenames", ()))
+    for module, names in fixtures.items():
         start = getattr(module, "start_early", None)
         if start is not None:
-            start()
+            start(names)
 
 
 def pytest_sessionfinish(session):

@@ -104,10 +104,11 @@ def _job_arguments() -> tuple[Path, dict[str, str]]:
     return Path(tempfile.mkdtemp(prefix="torchneuron-robust-")), dict(os.environ)
 
 
-def start_early() -> None:
+def start_early(fixtures: set[str]) -> None:
     """Queued on the background lane once collection is done (conftest.py): the scenarios
     need nothing from the tests before them."""
-    children.background.queue(__name__, _scenarios, _job_arguments)
+    if "runs" in fixtures:
+        children.background.queue(__name__, _scenarios, _job_arguments)
 
 
 @pytest.fixture(scope="module")
