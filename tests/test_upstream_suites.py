@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
-import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
