@@ -17,7 +17,10 @@ Inductor's primitives never reach it; §2, foreach ops are registered Neuron ker
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -213,41 +216,57 @@ BACKWARD_FAILS = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def compile_error_scripts(tmp_path_factory):
-    """The scripts whose compile fails, a forward and a backward one, started together (fresh
-    interpreters compiling different graphs, seconds each); ``start`` starts another."""
-    folder = tmp_path_factory.mktemp("compile-errors")
-    env = {**os.environ, "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": "1"}
+def _compile_error_runs(folder: Path, environ: dict[str, str]) -> dict:
+    """The scripts whose compile fails, fresh interpreters two at a time: the forward one beside
+    the first backward run (different graphs), then two more backward runs, which find the
+    graphs in the compile cache."""
+    env = {**environ, "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": "1"}
     (folder / "forward.py").write_text(COMPILE_FAILS)
     (folder / "backward.py").write_text(BACKWARD_FAILS)
-    started = []
 
-    def start(name: str):
-        started.append(children.start([str(folder / f"{name}.py")], env=env))
-        return started[-1]
+    def together(*names: str) -> list:
+        started = [children.start([str(folder / f"{name}.py")], env=env, cwd=folder) for name in names]
+        try:
+            return [children.finished(proc) for proc in started]
+        finally:
+            children.stop(started)
 
-    yield {"forward": start("forward"), "backward": start("backward"), "start": start}
-    children.stop(started)
+    forward, backward = together("forward", "backward")
+    return {"folder": folder, "forward": forward, "backward": [backward, *together("backward", "backward")]}
 
 
-def test_a_compile_error_then_a_normal_exit_returns_the_scripts_own_code(compile_error_scripts):
+def _compile_error_arguments() -> tuple[Path, dict[str, str]]:
+    return Path(tempfile.mkdtemp(prefix="torchneuron-compile-errors-")), dict(os.environ)
+
+
+def start_early(fixtures: set[str]) -> None:
+    """Child processes needing nothing from the tests before them: queued on the background
+    lane once collection is done (conftest.py)."""
+    if "compile_error_runs" in fixtures:
+        children.background.queue(__name__, _compile_error_runs, _compile_error_arguments)
+
+
+@pytest.fixture(scope="module")
+def compile_error_runs():
+    runs = children.background.take(__name__, _compile_error_runs, _compile_error_arguments)
+    yield runs
+    shutil.rmtree(runs["folder"], ignore_errors=True)
+
+
+def test_a_compile_error_then_a_normal_exit_returns_the_scripts_own_code(compile_error_runs):
     """The process never aborts at exit after a compile error (it once printed
     'terminate called without an active exception')."""
-    done = children.finished(compile_error_scripts["forward"])
+    done = compile_error_runs["forward"]
     assert "compile error:" in done.stdout, done.stderr[-2000:]
     assert done.returncode == 7, done.stderr[-2000:]
     assert "terminate called" not in done.stderr
 
 
-def test_a_backward_compile_error_then_a_normal_exit_returns_the_scripts_own_code(compile_error_scripts):
+def test_a_backward_compile_error_then_a_normal_exit_returns_the_scripts_own_code(compile_error_runs):
     """The backward compiles on the device's autograd thread, which released the failed task's
     Python error after the script had started to exit, and the process aborted ('terminate called
     without an active exception', exit code 134) in about one run in three; the failing device is
     noted and drained at exit (compile/failed_backward.py). Three runs: the race is not forced."""
-    # The first run compiled the graphs; the next two find them in the compile cache, together.
-    first = children.finished(compile_error_scripts["backward"])
-    again = [compile_error_scripts["start"]("backward") for _ in range(2)]
-    for done in [first, *(children.finished(proc) for proc in again)]:
+    for done in compile_error_runs["backward"]:
         assert "compile error: NEFFCompilationError [0]" in done.stdout, done.stderr[-2000:]
         assert done.returncode == 7 and "terminate called" not in done.stderr, done.stderr[-2000:]
