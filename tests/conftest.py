@@ -13,6 +13,7 @@ os.environ.setdefault("TORCH_NEURONX_NEFF_CACHE_DIR", tempfile.mkdtemp(prefix="t
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+import children  # noqa: E402
 import torch_neuronx  # noqa: E402,F401  (registers the device even with autoload off)
 from torch_neuronx.runtime.profiles import TOPOLOGY_ENV  # noqa: E402
 
@@ -75,3 +76,27 @@ def neuron_log():
     logger.addHandler(handler)
     yield records
     logger.removeHandler(handler)
+
+
+def pytest_collection_finish(session):
+    """Start early what selected tests will wait for: a test module may define
+    ``start_early(fixtures)``, called once here with the fixture names its selected tests use,
+    for child processes that need nothing from the tests before them: a wait (a child killed by
+    its timeout) or work queued on the background lane (``children.Lane``) then passes while
+    those tests run. Not on ``--collect-only``."""
+    if session.config.option.collectonly:
+        return
+    fixtures: dict = {}  # module -> fixture names, modules in the order they run
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if module is not None:
+            fixtures.setdefault(module, set()).update(getattr(item, "fixturenames", ()))
+    for module, names in fixtures.items():
+        start = getattr(module, "start_early", None)
+        if start is not None:
+            start(names)
+
+
+def pytest_sessionfinish(session):
+    """A session ended early (``-x``) drops the background jobs not begun."""
+    children.background.close()

@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+import children
 from benchmarks import report, worker
 from benchmarks.__main__ import main, parse_only
 from benchmarks.backends import BY_NAME, EAGER_WORKLOADS
@@ -25,13 +28,37 @@ from benchmarks.workloads import WORKLOADS
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
-def test_smoke_suite_writes_json_and_markdown_with_complete_rows(tmp_path):
-    out = tmp_path / "results"
-    env = dict(os.environ, TORCHNEURON_BENCH_XLA_VENV=str(tmp_path / "no-xla-venv"))
+def _smoke_suite(folder: Path, environ: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
+    """``python -m benchmarks --smoke`` (no PyTorch/XLA venv): the finished process and its folder."""
+    env = dict(environ, TORCHNEURON_BENCH_XLA_VENV=str(folder / "no-xla-venv"))
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--only", "cpu,neuron,xla,train,ops", "--out", str(out)],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+        [sys.executable, "-m", "benchmarks", "--smoke", "--only", "cpu,neuron,xla,train,ops",
+         "--out", str(folder / "results")], cwd=REPO, env=env, capture_output=True, text=True, timeout=240)
+    return done, folder
+
+
+def _smoke_suite_arguments() -> tuple[Path, dict[str, str]]:
+    return Path(tempfile.mkdtemp(prefix="torchneuron-bench-smoke-")), dict(os.environ)
+
+
+def start_early(fixtures: set[str]) -> None:
+    """A child process needing nothing from the tests before it (it asserts no timing): queued
+    on the background lane once collection is done (conftest.py)."""
+    if "smoke_suite" in fixtures:
+        children.background.queue(__name__, _smoke_suite, _smoke_suite_arguments)
+
+
+@pytest.fixture
+def smoke_suite():
+    done, folder = children.background.take(__name__, _smoke_suite, _smoke_suite_arguments)
+    yield done, folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_smoke_suite_writes_json_and_markdown_with_complete_rows(smoke_suite):
+    done, tmp_path = smoke_suite
+    out = tmp_path / "results"
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads((out / "results.json").read_text())
     page = (out / "results.md").read_text()

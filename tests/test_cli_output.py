@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import children
 import torchneuron_launcher
 from torch_neuronx.runtime.exit_codes import ExitCode
 from torch_neuronx.runtime.profiles import PROFILES
@@ -46,12 +47,21 @@ def test_info_json_refuses_a_value_json_cannot_hold(monkeypatch, capsys):
     assert "NaN" not in printed.out and "not JSON compliant" in printed.err
 
 
+@pytest.fixture(scope="module")
+def info_per_instance():
+    """``torchneuron info --json`` under each instance, all started at once (fresh interpreters)."""
+    started = {}
+    for instance in sorted(PROFILES):
+        env = dict(os.environ, TORCHNEURON_INSTANCE=instance, PYTHONPATH=str(REPO))
+        env.pop("NEURON_LOGICAL_NC_CONFIG", None)
+        started[instance] = children.start(["-m", "torch_neuronx.cli.main", "info", "--json"], env=env)
+    yield started
+    children.stop(started.values())
+
+
 @pytest.mark.parametrize("instance", sorted(PROFILES))
-def test_info_json_of_every_instance_is_strict(instance):
-    env = dict(os.environ, TORCHNEURON_INSTANCE=instance, PYTHONPATH=str(REPO))
-    env.pop("NEURON_LOGICAL_NC_CONFIG", None)
-    done = subprocess.run([sys.executable, "-m", "torch_neuronx.cli.main", "info", "--json"], env=env,
-                          capture_output=True, text=True, timeout=300)
+def test_info_json_of_every_instance_is_strict(instance, info_per_instance):
+    done = children.finished(info_per_instance[instance])
     assert done.returncode == 0, done.stderr
     assert _strict(done.stdout)["instance_type"] == instance
 

@@ -6,10 +6,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
+
+import children
 
 pytestmark = pytest.mark.slow
 
@@ -39,13 +42,13 @@ _CHILD = textwrap.dedent(
 )
 
 
-def _run(cache_dir: Path, mode: str, artifacts: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
+def _run(cache_dir: Path, mode: str, artifacts: Path, environ: dict[str, str]) -> dict:
+    env = {k: v for k, v in environ.items() if not k.startswith("TORCHINDUCTOR_")}
     env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(cache_dir)
     env.pop("TORCHNEURON_LOWER_GRAPHS", None)  # lowered (the default): its key must be stable across processes
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, mode, str(artifacts)], env=env, capture_output=True, text=True, timeout=600
-    )
+        [sys.executable, "-c", _CHILD, mode, str(artifacts)], env=env, capture_output=True, text=True, timeout=600,
+        cwd=artifacts.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["device"] == "neuron:0" and result["max_err"] < 1e-5
@@ -67,19 +70,45 @@ def _seed_toolchain(cache: Path, into: Path) -> None:
                     shutil.copy2(part, target / part.relative_to(source))
 
 
-def test_second_process_hits_the_cache_and_artifacts_round_trip(tmp_path):
-    artifacts = tmp_path / "artifacts.bin"
-    # The session's cache has the compiler set-up when an earlier test compiled in this session.
-    _seed_toolchain(Path(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"]), tmp_path / "cache")
-    cold = _run(tmp_path / "cache", "save", artifacts)
+def _round_trip(folder: Path, environ: dict[str, str]) -> dict:
+    """A cold process saving cache artifacts, a warm one, and one loading the artifacts into an
+    empty cache: three fresh interpreters, one after the other."""
+    artifacts = folder / "artifacts.bin"
+    cold = _run(folder / "cache", "save", artifacts, environ)
+    fx_graphs = any((folder / "cache" / "compile" / "fxgraph").rglob("*"))
+    warm = _run(folder / "cache", "plain", artifacts, environ)
+    # A machine with an empty cache (its compiler set-up seeded), given the saved artifacts.
+    _seed_toolchain(folder / "cache", folder / "other-cache")
+    loaded = _run(folder / "other-cache", "load", artifacts, environ)
+    return {"folder": folder, "cold": cold, "fx_graphs": fx_graphs, "warm": warm, "artifacts": artifacts,
+            "loaded": loaded}
+
+
+def _round_trip_arguments() -> tuple[Path, dict[str, str]]:
+    return Path(tempfile.mkdtemp(prefix="torchneuron-compile-cache-")), dict(os.environ)
+
+
+def start_early(fixtures: set[str]) -> None:
+    """Queued on the background lane once collection is done (conftest.py): the three processes
+    need nothing from the tests before them (the first builds Inductor's compiler set-up)."""
+    if "round_trip" in fixtures:
+        children.background.queue(__name__, _round_trip, _round_trip_arguments)
+
+
+@pytest.fixture
+def round_trip():
+    runs = children.background.take(__name__, _round_trip, _round_trip_arguments)
+    yield runs
+    shutil.rmtree(runs["folder"], ignore_errors=True)
+
+
+def test_second_process_hits_the_cache_and_artifacts_round_trip(round_trip):
+    cold, warm, loaded = round_trip["cold"], round_trip["warm"], round_trip["loaded"]
     assert cold["hits"] == 0 and cold["misses"] == 1
-    assert any((tmp_path / "cache" / "compile" / "fxgraph").rglob("*")), "cache not under TORCH_NEURONX_NEFF_CACHE_DIR/compile"
-    warm = _run(tmp_path / "cache", "plain", artifacts)
+    assert round_trip["fx_graphs"], "cache not under TORCH_NEURONX_NEFF_CACHE_DIR/compile"
     assert warm["hits"] == 1 and warm["misses"] == 0
     # A machine with an empty cache, given the saved artifacts, compiles nothing either.
-    assert artifacts.stat().st_size > 0
-    _seed_toolchain(tmp_path / "cache", tmp_path / "other-cache")
-    loaded = _run(tmp_path / "other-cache", "load", artifacts)
+    assert round_trip["artifacts"].stat().st_size > 0
     assert loaded["hits"] == 1 and loaded["misses"] == 0
     # The graph key (sha256 of the StableHLO text + I/O + compiler suffix) is the same in every
     # process (TR neuron_dynamo_backend/utils/stablehlo_utils.py:14-56); the persistent NEFF

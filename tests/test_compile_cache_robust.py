@@ -9,10 +9,14 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+import children
 
 pytestmark = pytest.mark.slow
 
@@ -31,70 +35,121 @@ _CHILD = textwrap.dedent(
     """
 )
 _UNUSABLE = "compiled graphs are not kept between runs"
+REPO = Path(__file__).resolve().parents[1]
 
 
-def _run(neff_cache_dir: Path) -> tuple[dict, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
+def _run(neff_cache_dir: Path, environ: dict[str, str]) -> tuple[dict, str]:
+    env = {k: v for k, v in environ.items() if not k.startswith("TORCHINDUCTOR_")}
     env.pop("TORCHNEURON_CHOSEN_INDUCTOR_CACHE_DIR", None)
     env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(neff_cache_dir)
-    proc = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["err"] < 1e-4 and result["err2"] < 1e-5, result
     return result, proc.stderr
 
 
-@pytest.fixture(scope="module")
-def warmed(tmp_path_factory) -> Path:
-    """One cache filled by a first run (compiling is slow); each test works on a copy."""
-    cache = tmp_path_factory.mktemp("warmed") / "cache"
-    result, _ = _run(cache)
-    assert result["misses"] == 2
-    return cache
-
-
-@pytest.fixture
-def cache(warmed, tmp_path) -> Path:
-    return Path(shutil.copytree(warmed, tmp_path / "cache"))
-
-
-def test_cache_dir_that_is_a_file_warns_once_and_compiles(tmp_path):
-    a_file = tmp_path / "not-a-dir"
-    a_file.write_text("the user's file")
-    result, stderr = _run(a_file)
-    assert result["hits"] == 0  # nothing persists: the FX graph cache is off, as with the NEFF cache disabled
-    assert stderr.count(_UNUSABLE) == 1, stderr[-3000:]
-    assert a_file.read_text() == "the user's file"
-
-
-def test_truncated_library_is_quarantined_and_rebuilt(cache):
+def _truncated_library_runs(cache: Path, environ: dict[str, str]) -> dict:
+    """Every compiled library cut short, as by a process killed while the compiler wrote them;
+    then a run, and another."""
     # Every library, including Inductor's vector-ISA probe: a truncated probe used to make the
     # process believe the CPU had no AVX and build vectorised kernels without the ISA flags.
     libraries = [p for p in (cache / "compile").rglob("*.so") if "precompiled_headers" not in p.parts]
-    assert libraries, "no compiled library under TORCH_NEURONX_NEFF_CACHE_DIR/compile"
-    for lib in libraries:  # as a process killed while the compiler wrote them
+    for lib in libraries:
         lib.write_bytes(lib.read_bytes()[:64])
-    result, stderr = _run(cache)
-    assert result["hits"] == 2, result  # the graphs came from the FX cache, their libraries were rebuilt
-    assert stderr.count("could not be loaded") == 1, stderr[-3000:]
-    quarantined = list((cache / "compile" / "quarantine").iterdir())
-    assert len(quarantined) >= 1
-    assert all(lib.stat().st_size > 64 for lib in libraries)
-    _, stderr = _run(cache)  # repaired for good
-    assert "could not be loaded" not in stderr
+    first, first_stderr = _run(cache, environ)
+    after_first = {"quarantined": list((cache / "compile" / "quarantine").iterdir()),
+                   "sizes": [lib.stat().st_size for lib in libraries]}
+    _, second_stderr = _run(cache, environ)
+    return {"libraries": libraries, "first": first, "first_stderr": first_stderr, **after_first,
+            "second_stderr": second_stderr}
 
 
-def test_corrupt_fx_graph_entry_is_removed_after_its_warning(cache):
+def _corrupt_entry_runs(cache: Path, environ: dict[str, str]) -> dict:
+    """Every FX graph cache entry overwritten with garbage; then a run, and another."""
     entries = [p for p in (cache / "compile" / "fxgraph").rglob("*") if p.is_file() and not p.name.startswith(".")]
-    assert entries
     for entry in entries:
         entry.write_bytes(b"not a pickle")
-    _, stderr = _run(cache)
-    assert "unable to load compiled graph" in stderr
-    assert not any(entry.exists() for entry in entries), "corrupt entries left in the cache"
-    result, stderr = _run(cache)
-    assert "unable to load compiled graph" not in stderr
-    assert result["hits"] == 2
+    _, first_stderr = _run(cache, environ)
+    left = [entry for entry in entries if entry.exists()]
+    second, second_stderr = _run(cache, environ)
+    return {"entries": entries, "first_stderr": first_stderr, "left": left, "second": second,
+            "second_stderr": second_stderr}
+
+
+def _on_a_copy(filled: Future, warmed: Path, copy: Path, scenario, environ: dict[str, str]) -> dict:
+    filled.result()  # the damaged caches are copies of a full one
+    return scenario(Path(shutil.copytree(warmed, copy)), environ)
+
+
+def _scenarios(base: Path, environ: dict[str, str]) -> dict:
+    """Every scenario's fresh interpreters, two at a time (each is seconds of imports and C++
+    builds on one core): the unusable cache beside the first run that fills a cache, then the
+    damaged copies of that cache side by side. Each scenario's outcome is a finished future, so
+    a failing run fails the tests that read it, no other."""
+    a_file = base / "not-a-dir"
+    a_file.write_text("the user's file")
+    warmed = base / "warmed" / "cache"
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        filled = pool.submit(_run, warmed, environ)
+        outcomes = {"unusable": pool.submit(_run, a_file, environ), "filled": filled,
+                    **{name: pool.submit(_on_a_copy, filled, warmed, base / name, scenario, environ)
+                       for name, scenario in (("truncated", _truncated_library_runs),
+                                              ("corrupt", _corrupt_entry_runs))}}
+    return {"base": base, "a_file": a_file, "warmed": warmed, **outcomes}
+
+
+def _job_arguments() -> tuple[Path, dict[str, str]]:
+    return Path(tempfile.mkdtemp(prefix="torchneuron-robust-")), dict(os.environ)
+
+
+def start_early(fixtures: set[str]) -> None:
+    """Queued on the background lane once collection is done (conftest.py): the scenarios
+    need nothing from the tests before them."""
+    if "runs" in fixtures:
+        children.background.queue(__name__, _scenarios, _job_arguments)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    outcome = children.background.take(__name__, _scenarios, _job_arguments)
+    yield outcome
+    shutil.rmtree(outcome["base"], ignore_errors=True)
+
+
+@pytest.fixture
+def warmed(runs) -> Path:
+    """One cache filled by a first run (compiling is slow)."""
+    result, _ = runs["filled"].result()
+    assert result["misses"] == 2
+    return runs["warmed"]
+
+
+def test_cache_dir_that_is_a_file_warns_once_and_compiles(runs):
+    result, stderr = runs["unusable"].result()
+    assert result["hits"] == 0  # nothing persists: the FX graph cache is off, as with the NEFF cache disabled
+    assert stderr.count(_UNUSABLE) == 1, stderr[-3000:]
+    assert runs["a_file"].read_text() == "the user's file"
+
+
+def test_truncated_library_is_quarantined_and_rebuilt(runs):
+    run = runs["truncated"].result()
+    assert run["libraries"], "no compiled library under TORCH_NEURONX_NEFF_CACHE_DIR/compile"
+    assert run["first"]["hits"] == 2, run["first"]  # the graphs came from the FX cache, their libraries were rebuilt
+    assert run["first_stderr"].count("could not be loaded") == 1, run["first_stderr"][-3000:]
+    assert len(run["quarantined"]) >= 1
+    assert all(size > 64 for size in run["sizes"])
+    assert "could not be loaded" not in run["second_stderr"]  # repaired for good
+
+
+def test_corrupt_fx_graph_entry_is_removed_after_its_warning(runs):
+    run = runs["corrupt"].result()
+    assert run["entries"]
+    assert "unable to load compiled graph" in run["first_stderr"]
+    assert not run["left"], "corrupt entries left in the cache"
+    assert "unable to load compiled graph" not in run["second_stderr"]
+    assert run["second"]["hits"] == 2
 
 
 def test_precompiled_headers_stay_under_the_configured_cache(warmed):

@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+import children
 from torch_neuronx.runtime import settings
 from torch_neuronx.runtime.profiles import TOPOLOGY_ENV
 
@@ -46,13 +47,11 @@ def _start(code: str, env: dict[str, str]) -> subprocess.Popen:
     # Unset in the children unless a case sets them (a topology of the parent must not leak in).
     full = {k: v for k, v in os.environ.items() if k not in TOPOLOGY_ENV}
     full.update(env)
-    return subprocess.Popen([sys.executable, "-c", code], env=full, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return children.start(["-c", code], env=full)
 
 
 def _finished(proc: subprocess.Popen) -> subprocess.CompletedProcess:
-    stdout, stderr = proc.communicate(timeout=180)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    return children.finished(proc, timeout=180)
 
 
 def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -69,10 +68,7 @@ def first_uses():
     started = {tuple(env.items()): _start(_FIRST_USE, env) for env, _ in BAD_VALUES}
     started[()] = _start(_GOOD_ENV_USE, {})
     yield started
-    for proc in started.values():
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    children.stop(started.values())
 
 
 @pytest.mark.parametrize("env,message", BAD_VALUES, ids=lambda v: ",".join(v) if isinstance(v, dict) else None)

@@ -104,5 +104,5 @@ def test_tests_readme_maps_every_test_file():
     files = {str(p.relative_to(REPO)) for p in TESTS.rglob("test_*.py")}
     tiers = _tiers_of_the_tests_readme()
     assert sorted(files - set(tiers)) == [], "test files tests/README.md does not map"
-    assert sorted(set(tiers) - files - {"tests/nki_kernels.py"}) == [], \
+    assert sorted(p for p in set(tiers) - files if not (REPO / p).is_file()) == [], \
         "tests/README.md maps files that do not exist"

@@ -55,11 +55,12 @@ def text_dataset(n: int = 16, seed: int = 0):
     return tiny_models.random_text_dataset(n, 5, 40, seed)
 
 
-def run_example(script: str, *args: str, timeout: float = 240, nproc: int | None = None, env=None):
-    """Run ``examples/<script>`` (optionally under torchrun) and return its stdout."""
+def run_example(script: str, *args: str, timeout: float = 240, nproc: int | None = None, env=None, environ=None):
+    """Run ``examples/<script>`` (optionally under torchrun) and return its stdout; ``environ``
+    (default ``os.environ``) is the environment ``env`` adds to."""
     import subprocess
 
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = {**(os.environ if environ is None else environ), "PYTHONUNBUFFERED": "1", **(env or {})}
     if nproc:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     else:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import children
 from torch_neuronx.testing import transformers_device_spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,13 +59,11 @@ def _start(code: str, cwd: Path, spec: str, device: str | None = "neuron") -> su
     env.pop("TRANSFORMERS_TEST_DEVICE", None)
     if device:
         env["TRANSFORMERS_TEST_DEVICE"] = device
-    return subprocess.Popen([sys.executable, "-c", code], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return children.start(["-c", code], env=env, cwd=cwd)
 
 
 def _finished(proc: subprocess.Popen) -> subprocess.CompletedProcess:
-    stdout, stderr = proc.communicate(timeout=240)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    return children.finished(proc, timeout=240)
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +87,7 @@ def runs(linked_spec):
         "path": _start("import transformers.testing_utils", linked_spec, str(linked_spec / "neuron_spec.py")),
     }
     yield started
-    for proc in started.values():
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    children.stop(started.values())
 
 
 def test_transformers_helpers_act_on_the_neuron_device(runs):
