@@ -1,18 +1,20 @@
 """What Dynamo and AOTAutograd put in a graph lowers to StableHLO (issue 29).
 
 Graph lowering is on by default, so an op that torch-mlir cannot lower fails
-``torch.compile(backend="neuron")``. Three kinds of op reached torch-mlir only
+``torch.compile(backend="neuron")``. These ops reached torch-mlir only
 because of how the graph was built, not because Trainium lacks them:
-Inductor's ``prims.fma`` (eager attention's softmax backward), the foreach ops
+the primitives of Inductor's decomposition table, ``prims.fma`` (eager attention's
+softmax backward) and ``prims.rev`` (``flip``: Mamba-2's chunked scan), the foreach ops
 of a compiled ``optimizer.step()``, and the Scalar forms of ``fmod`` and the
 bitwise ops (sliding-window caches), which torch-mlir 20261001 leaves
 half-converted. Each decomposition is checked against the op on CPU, and each
 graph holding the op must lower.
 
-What the real product does instead (torchneuron-source-2026-04.md): §3, its backend calls
-``aot_autograd(..., decompositions=...)`` with its own table and lowers with torch-mlir, so
-Inductor's primitives never reach it; §2, foreach ops are registered Neuron kernels
-(``_foreach_{add,sub,mul,div}``, ``_foreach_norm``) or PyTorch's per-tensor loops.
+What the real product does instead: its backend calls ``aot_autograd(..., decompositions=...)``
+with its own table and lowers with torch-mlir (TR ``neuron_dynamo_backend/backend.py:285-305``), so
+Inductor's primitives never reach it; foreach ops are registered Neuron kernels
+(``_foreach_{add,sub,mul,div}``, ``_foreach_norm``: TR ``.../ops/foreach_ops.py``) or PyTorch's
+per-tensor loops.
 """
 from __future__ import annotations
 
@@ -58,6 +60,34 @@ def test_a_graph_holding_prims_fma_lowers_to_multiply_and_add():
     assert "stablehlo.multiply" in lowered.text and "stablehlo.add" in lowered.text
     torch.testing.assert_close(stablehlo.decomposed(gm)(a, b, c), (a * b + c) * 2)
     assert inductor_prims.fma not in _targets(stablehlo.decomposed(gm))
+
+
+def test_a_graph_holding_prims_rev_lowers_to_a_reverse():
+    """Inductor's table writes ``flip`` as ``prims.rev``, which torch-mlir cannot lower."""
+    x = torch.randn(3, 4, 5)
+    gm = make_fx(lambda t: torch.ops.prims.rev(t, [0, 2]) * 2)(x)
+    assert torch.ops.prims.rev.default in _targets(gm)
+    assert "stablehlo.reverse" in stablehlo.lower_fx_graph(gm).text
+    torch.testing.assert_close(stablehlo.decomposed(gm)(x), x.flip(0, 2) * 2)
+
+
+def test_a_compiled_flip_and_its_backward_lower_and_match_cpu():
+    """Mamba-2 and Falcon-H1 flip their chunked scans; the backward of a flip is a flip."""
+    x = torch.randn(2, 6, 4)
+
+    def reversed_cumsum(t):
+        return t.flip(1).cumsum(1).flip(1).square().sum()
+
+    x_dev = x.to("neuron").requires_grad_()
+    loss = torch.compile(reversed_cumsum, backend="neuron", fullgraph=True)(x_dev)
+    loss.backward()
+    x_cpu = x.clone().requires_grad_()
+    expected = reversed_cumsum(x_cpu)
+    expected.backward()
+    torch.testing.assert_close(loss.cpu(), expected.detach())
+    torch.testing.assert_close(x_dev.grad.cpu(), x_cpu.grad)
+    records = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert [r["lowering"] for r in records] == ["lowered", "lowered"]
 
 
 def test_eager_attention_softmax_backward_compiles_lowered_and_matches_cpu():

@@ -285,6 +285,15 @@ def _fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     return a * b + c
 
 
+def _rev_as_flip(a: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
+    """``prims.rev`` as ``aten.flip``, which torch-mlir lowers (``stablehlo.reverse``).
+
+    Inductor's decomposition table, which this backend shares, writes ``flip`` (Mamba-2's and
+    Falcon-H1's chunked scans) as the primitive; the real product traces with its own table,
+    and ``flip`` is a core ATen op that PyTorch's core decompositions keep."""
+    return torch.ops.aten.flip.default(a, dims)
+
+
 def _scalars_times(op: str, self: torch.Tensor, tensor1: torch.Tensor, tensor2: torch.Tensor,
                    scalar: torch.Tensor) -> torch.Tensor:
     """``addcmul``/``addcdiv`` with a tensor ``value`` (their ATen forms take a Python scalar)."""
@@ -384,11 +393,12 @@ _SCALAR_FORMS = {
 @functools.cache
 def _graph_op_decompositions() -> dict:
     """What Dynamo and AOTAutograd put in a graph that torch-mlir's table leaves alone:
-    Inductor's ``prims.fma``, the foreach ops, unsorted ``topk`` and the Scalar forms of
+    Inductor's ``prims.fma``, ``prims.rev``, the foreach ops, unsorted ``topk`` and the Scalar forms of
     :data:`_SCALAR_FORMS`."""
     from torch._inductor import inductor_prims
 
-    return {**_foreach_decompositions(), inductor_prims.fma: _fma, torch.ops.aten.topk.default: _topk_sorted,
+    return {**_foreach_decompositions(), inductor_prims.fma: _fma, torch.ops.prims.rev.default: _rev_as_flip,
+            torch.ops.aten.topk.default: _topk_sorted,
             **{scalar: _scalar_as_tensor(tensor) for scalar, tensor in _SCALAR_FORMS.items()}}
 
 
