@@ -90,6 +90,35 @@ def test_a_compiled_flip_and_its_backward_lower_and_match_cpu():
     assert [r["lowering"] for r in records] == ["lowered", "lowered"]
 
 
+@pytest.mark.parametrize("x, bins, low, high", [
+    (torch.randn(300, generator=torch.Generator().manual_seed(3)) * 2, 10, -1.0, 1.0),  # values outside
+    (torch.randn(4, 50, generator=torch.Generator().manual_seed(4)), 7, 0, 0),  # the data's range
+    (torch.full((6,), 2.5), 4, 0, 0),  # constant data: range widened by 1 each side
+    (torch.linspace(0, 1, 33, dtype=torch.float64), 8, 0.0, 1.0),  # max falls in the last bin
+], ids=["range", "data-range", "constant", "float64-edges"])
+def test_a_graph_holding_histc_lowers_and_counts_as_the_cpu_kernel(x, bins, low, high):
+    """The real product's compile table decomposes ``histc`` (the MoE routers' token counts)."""
+    gm = make_fx(lambda t: torch.histc(t, bins, low, high) * 1)(x)
+    assert torch.ops.aten.histc.default in _targets(gm)
+    assert "stablehlo.scatter" in stablehlo.lower_fx_graph(gm).text
+    torch.testing.assert_close(stablehlo.decomposed(gm)(x), torch.histc(x, bins, low, high), rtol=0, atol=0)
+
+
+def test_a_compiled_moe_token_count_on_integers_lowers_and_matches_cpu():
+    """Transformers' MoE routers count tokens per expert with ``histc`` on integer expert ids
+    on every non-CPU device; the CPU has no integer ``histc``, so the count is checked with ``bincount``."""
+    experts = torch.randint(0, 8, (16, 2), generator=torch.Generator().manual_seed(5))
+
+    def tokens_per_expert(ids):
+        return torch.histc(ids, bins=8, min=0, max=7)
+
+    counts = torch.compile(tokens_per_expert, backend="neuron", fullgraph=True)(experts.to("neuron"))
+    assert counts.dtype == torch.int64
+    torch.testing.assert_close(counts.cpu(), torch.bincount(experts.flatten(), minlength=8))
+    records = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert [r["lowering"] for r in records] == ["lowered"]
+
+
 def test_eager_attention_softmax_backward_compiles_lowered_and_matches_cpu():
     """Inductor's decomposition of ``_softmax_backward_data`` is where the fma comes from."""
     torch.manual_seed(0)

@@ -227,13 +227,20 @@ def _note_fallback(exc: Exception) -> None:
     METRICS.add_fallback(message)
 
 
+def aot_decompositions() -> dict:
+    """What AOTAutograd decomposes: Inductor's table (this backend runs Inductor's code generation),
+    plus the real product's ``histc`` (TR ``neuron_dynamo_backend/decompositions.py:1827-1868``),
+    so that the graph run on the host and the graph lowered hold the same scatter-add."""
+    return {**select_decomp_table(), torch.ops.aten.histc.default: stablehlo.histc_by_scatter_add}
+
+
 def _aot_neuron(settings: _Settings) -> Callable:
     compiler = functools.partial(_compile_aot_graph, settings=settings)
     return aot_autograd(
         fw_compiler=functools.partial(compiler, is_inference=False, is_backward=False),
         bw_compiler=functools.partial(compiler, is_inference=False, is_backward=True),
         inference_compiler=functools.partial(compiler, is_inference=True, is_backward=False),
-        decompositions=select_decomp_table(),
+        decompositions=aot_decompositions(),
         partition_fn=partition_fn,
         keep_inference_input_mutations=True,
     )

@@ -294,6 +294,31 @@ def _rev_as_flip(a: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
     return torch.ops.aten.flip.default(a, dims)
 
 
+def histc_by_scatter_add(x: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0) -> torch.Tensor:
+    """``aten.histc`` as a scatter-add of ones into ``bins`` counters, which torch-mlir lowers.
+
+    The real product's compile table decomposes ``histc`` the same way
+    (TR ``neuron_dynamo_backend/decompositions.py:1827-1868``, in the table its backend passes to
+    ``aot_autograd``, ``:1889-1898``), so the MoE routers' token counts lower on Trainium. The
+    bins follow PyTorch's CPU kernel: ``min == max`` takes the data's range (widened by 1 on each
+    side when the data is constant), a value's bin is ``(v - min) / (max - min) * bins``, ``max``
+    itself falls in the last bin, values outside are not counted. Integer inputs (the token counts)
+    are binned in float64, exactly, and counted in their own dtype. In the AOTAutograd table of
+    ``backend="neuron"`` too (:func:`backend.aot_decompositions`): the graph Inductor runs on the
+    host then counts integers as the device kernel does (PyTorch's CPU ``histc`` takes no integers)."""
+    values = x.reshape(-1) if x.is_floating_point() else x.reshape(-1).to(torch.float64)
+    if min == max:
+        low, high = torch.aminmax(values)
+        constant = low == high
+        low, high = torch.where(constant, low - 1, low), torch.where(constant, high + 1, high)
+    else:
+        low, high = float(min), float(max)
+    inside = (values >= low) & (values <= high)
+    position = ((values - low) / (high - low) * bins).to(torch.int64).clamp(0, bins - 1)
+    counts = torch.zeros(bins, dtype=torch.int64, device=x.device)
+    return counts.scatter_add(0, position, inside.to(torch.int64)).to(x.dtype)
+
+
 def _scalars_times(op: str, self: torch.Tensor, tensor1: torch.Tensor, tensor2: torch.Tensor,
                    scalar: torch.Tensor) -> torch.Tensor:
     """``addcmul``/``addcdiv`` with a tensor ``value`` (their ATen forms take a Python scalar)."""
@@ -393,12 +418,12 @@ _SCALAR_FORMS = {
 @functools.cache
 def _graph_op_decompositions() -> dict:
     """What Dynamo and AOTAutograd put in a graph that torch-mlir's table leaves alone:
-    Inductor's ``prims.fma``, ``prims.rev``, the foreach ops, unsorted ``topk`` and the Scalar forms of
+    Inductor's ``prims.fma``, ``prims.rev``, ``histc``, the foreach ops, unsorted ``topk`` and the Scalar forms of
     :data:`_SCALAR_FORMS`."""
     from torch._inductor import inductor_prims
 
     return {**_foreach_decompositions(), inductor_prims.fma: _fma, torch.ops.prims.rev.default: _rev_as_flip,
-            torch.ops.aten.topk.default: _topk_sorted,
+            torch.ops.aten.histc.default: histc_by_scatter_add, torch.ops.aten.topk.default: _topk_sorted,
             **{scalar: _scalar_as_tensor(tensor) for scalar, tensor in _SCALAR_FORMS.items()}}
 
 
