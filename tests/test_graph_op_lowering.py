@@ -4,7 +4,8 @@ Graph lowering is on by default, so an op that torch-mlir cannot lower fails
 ``torch.compile(backend="neuron")``. These ops reached torch-mlir only
 because of how the graph was built, not because Trainium lacks them:
 the primitives of Inductor's decomposition table, ``prims.fma`` (eager attention's
-softmax backward) and ``prims.rev`` (``flip``: Mamba-2's chunked scan), the foreach ops
+softmax backward) and ``prims.rev`` (``flip``: Mamba-2's chunked scan), ``histc`` (MoE token
+counts) and a 1-D ``convolution_backward`` (Mamba's causal conv1d), the foreach ops
 of a compiled ``optimizer.step()``, and the Scalar forms of ``fmod`` and the
 bitwise ops (sliding-window caches), which torch-mlir 20261001 leaves
 half-converted. Each decomposition is checked against the op on CPU, and each
@@ -18,6 +19,7 @@ per-tensor loops.
 """
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -117,6 +119,53 @@ def test_a_compiled_moe_token_count_on_integers_lowers_and_matches_cpu():
     torch.testing.assert_close(counts.cpu(), torch.bincount(experts.flatten(), minlength=8))
     records = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
     assert [r["lowering"] for r in records] == ["lowered"]
+
+
+@pytest.mark.parametrize("channels, out_channels, taps, stride, padding, dilation, groups, bias", [
+    (8, 8, 4, 1, 3, 1, 8, True),  # Mamba's causal conv1d: depthwise, padded by taps - 1
+    (6, 4, 3, 2, 1, 2, 2, False),  # grouped, strided, dilated
+    (4, 6, 2, 1, 0, 1, 1, True),
+], ids=["depthwise", "grouped-strided-dilated", "dense"])
+def test_a_graph_holding_conv1d_backward_lowers_and_matches_autograd(channels, out_channels, taps, stride,
+                                                                     padding, dilation, groups, bias):
+    """torch-mlir fails ``convolution_backward`` itself (a ``torch.constant.int`` left)."""
+    x = torch.randn(2, channels, 13, requires_grad=True)
+    w = torch.randn(out_channels, channels // groups, taps, requires_grad=True)
+    b = torch.randn(out_channels, requires_grad=True) if bias else None
+    y = torch.nn.functional.conv1d(x, w, b, stride, padding, dilation, groups)
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+
+    def backward(grad_y, x, w):
+        return torch.ops.aten.convolution_backward(grad_y, x, w, [out_channels] if bias else None, [stride],
+                                                   [padding], [dilation], False, [0], groups, [True, True, bias])
+
+    gm = make_fx(backward)(grad_y, x.detach(), w.detach())
+    assert "stablehlo.convolution" in stablehlo.lower_fx_graph(gm).text
+    got = stablehlo.decomposed(gm)(grad_y, x.detach(), w.detach())
+    torch.testing.assert_close(got[0], x.grad)
+    torch.testing.assert_close(got[1], w.grad)
+    if bias:
+        torch.testing.assert_close(got[2], b.grad)
+
+
+def test_a_compiled_causal_conv1d_training_step_lowers_and_matches_cpu():
+    conv = torch.nn.Conv1d(8, 8, kernel_size=4, padding=3, groups=8)
+    x = torch.randn(2, 8, 10, generator=torch.Generator().manual_seed(6))
+
+    def loss_of(module, x):
+        return module(x)[..., : x.shape[-1]].square().sum()
+
+    device_conv = copy.deepcopy(conv).to("neuron")
+    loss = torch.compile(loss_of, backend="neuron", fullgraph=True)(device_conv, x.to("neuron"))
+    loss.backward()
+    expected = loss_of(conv, x)
+    expected.backward()
+    torch.testing.assert_close(loss.cpu(), expected.detach())
+    for got, want in zip(device_conv.parameters(), conv.parameters()):
+        torch.testing.assert_close(got.grad.cpu(), want.grad)
+    records = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert [r["lowering"] for r in records] == ["lowered", "lowered"]
 
 
 def test_eager_attention_softmax_backward_compiles_lowered_and_matches_cpu():

@@ -319,6 +319,34 @@ def histc_by_scatter_add(x: torch.Tensor, bins: int = 100, min: float = 0, max: 
     return counts.scatter_add(0, position, inside.to(torch.int64)).to(x.dtype)
 
 
+def _conv1d_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                     output_padding, groups, output_mask):
+    """``convolution_backward`` of a 1-D convolution (Mamba's causal conv1d, depthwise) as
+    convolutions, slices and a matmul, which torch-mlir lowers; it fails on the op itself
+    (``torch.constant.int`` left). The real product's compile table decomposes it into
+    convolutions too (TR ``neuron_dynamo_backend/decompositions.py:1615-1801``). Other
+    convolutions keep the op (``NotImplemented``)."""
+    if transposed or input.dim() != 3:
+        return NotImplemented
+    (s,), (p,), (d,) = stride, padding, dilation
+    taps, steps = weight.shape[-1], grad_output.shape[-1]
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:  # the transposed convolution, padded back to the input's length
+        covered = (steps - 1) * s - 2 * p + d * (taps - 1) + 1
+        grad_input = torch.ops.aten.convolution.default(
+            grad_output, weight, None, [s], [p], [d], True, [input.shape[-1] - covered], groups)
+    if output_mask[1]:  # each tap's input window against the output gradient, per group
+        n, channels, _ = input.shape
+        padded = torch.nn.functional.pad(input, (p, p))
+        windows = torch.stack([padded[:, :, k * d: k * d + s * (steps - 1) + 1: s] for k in range(taps)], dim=-1)
+        windows = windows.reshape(n, groups, channels // groups, steps, taps)
+        per_group = grad_output.reshape(n, groups, -1, steps)
+        grad_weight = torch.einsum("ngitk,ngot->goik", windows, per_group).reshape(weight.shape)
+    if output_mask[2]:
+        grad_bias = grad_output.sum((0, 2))
+    return grad_input, grad_weight, grad_bias
+
+
 def _scalars_times(op: str, self: torch.Tensor, tensor1: torch.Tensor, tensor2: torch.Tensor,
                    scalar: torch.Tensor) -> torch.Tensor:
     """``addcmul``/``addcdiv`` with a tensor ``value`` (their ATen forms take a Python scalar)."""
@@ -418,12 +446,14 @@ _SCALAR_FORMS = {
 @functools.cache
 def _graph_op_decompositions() -> dict:
     """What Dynamo and AOTAutograd put in a graph that torch-mlir's table leaves alone:
-    Inductor's ``prims.fma``, ``prims.rev``, ``histc``, the foreach ops, unsorted ``topk`` and the Scalar forms of
+    Inductor's ``prims.fma``, ``prims.rev``, ``histc``, 1-D ``convolution_backward``, the foreach ops,
+    unsorted ``topk`` and the Scalar forms of
     :data:`_SCALAR_FORMS`."""
     from torch._inductor import inductor_prims
 
     return {**_foreach_decompositions(), inductor_prims.fma: _fma, torch.ops.prims.rev.default: _rev_as_flip,
             torch.ops.aten.histc.default: histc_by_scatter_add, torch.ops.aten.topk.default: _topk_sorted,
+            torch.ops.aten.convolution_backward.default: _conv1d_backward,
             **{scalar: _scalar_as_tensor(tensor) for scalar, tensor in _SCALAR_FORMS.items()}}
 
 
