@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 import children
 
@@ -342,6 +343,12 @@ def test_a_model_transformers_never_compiles_is_not_applicable_not_ours():
     assert not_auto_compiled(tiny_causal_lm("llama")) is None
     reason = not_auto_compiled(tiny_causal_lm("dbrx"))
     assert reason is not None and "DbrxForCausalLM" in reason
+    # Llama 4 declares it can be captured whole, but Transformers' get_compiled_call hands back
+    # the model's own __call__ for every llama4 model type: its generate is never compiled either.
+    llama4 = tiny_causal_lm("llama4_text")
+    assert llama4._can_compile_fullgraph
+    reason = not_auto_compiled(llama4)
+    assert reason is not None and "Llama4ForCausalLM" in reason and "get_compiled_call" in reason
     skipped = {"ok": None, "error": reason, "cause": None, "op": None}
     assert check_mark(skipped) == "n/a"
     assert check_mark({"ok": None, "error": "not compared: fails on CPU (x)", "cause": None, "op": None}) == "cpu"
@@ -349,3 +356,25 @@ def test_a_model_transformers_never_compiles_is_not_applicable_not_ours():
     results = {a: {"supported": True, "checks": {"compiled_forward": passed, "compiled_generate_static": skipped}}
                for a in ("sdpa", "eager")}
     assert compiled_status(results) == "pass"
+
+
+@pytest.mark.slow
+def test_each_compiled_check_starts_from_a_fresh_dynamo():
+    """Dynamo's recompile limit counts per code object: a check must not find it used up by the
+    checks before it (Qwen4-exp's generate compiled nothing after its forward and backward checks,
+    on CPU with backend="eager" too, because one Transformers wrapper serves all its methods)."""
+    from torch_neuronx.coverage.compiled import _run_compiled
+
+    def scaled(x, factor):
+        return x * factor
+
+    x = torch.arange(6.0)
+    compiled = torch.compile(scaled, backend="neuron")
+    cpu = {"forward": {"ok": True, "error": None}}
+    with torch._dynamo.config.patch(recompile_limit=1):
+        first = _run_compiled("compiled_forward", lambda: compiled(x.to("neuron"), 2.0).cpu(), {"forward": x * 2}, cpu)
+        # A new constant fails the first entry's guard: without a reset the limit of 1 is used up.
+        second = _run_compiled("compiled_forward", lambda: compiled(x.to("neuron"), 3.0).cpu(), {"forward": x * 3}, cpu)
+    assert first["ok"] and first["compile"]["graphs"] == 1
+    assert second["ok"], second["error"]
+    assert second["compile"]["graphs"] == 1

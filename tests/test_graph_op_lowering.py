@@ -1,21 +1,25 @@
 """What Dynamo and AOTAutograd put in a graph lowers to StableHLO (issue 29).
 
 Graph lowering is on by default, so an op that torch-mlir cannot lower fails
-``torch.compile(backend="neuron")``. Three kinds of op reached torch-mlir only
+``torch.compile(backend="neuron")``. These ops reached torch-mlir only
 because of how the graph was built, not because Trainium lacks them:
-Inductor's ``prims.fma`` (eager attention's softmax backward), the foreach ops
+the primitives of Inductor's decomposition table, ``prims.fma`` (eager attention's
+softmax backward) and ``prims.rev`` (``flip``: Mamba-2's chunked scan), ``histc`` (MoE token
+counts) and a 1-D ``convolution_backward`` (Mamba's causal conv1d), the foreach ops
 of a compiled ``optimizer.step()``, and the Scalar forms of ``fmod`` and the
 bitwise ops (sliding-window caches), which torch-mlir 20261001 leaves
 half-converted. Each decomposition is checked against the op on CPU, and each
 graph holding the op must lower.
 
-What the real product does instead (torchneuron-source-2026-04.md): §3, its backend calls
-``aot_autograd(..., decompositions=...)`` with its own table and lowers with torch-mlir, so
-Inductor's primitives never reach it; §2, foreach ops are registered Neuron kernels
-(``_foreach_{add,sub,mul,div}``, ``_foreach_norm``) or PyTorch's per-tensor loops.
+What the real product does instead: its backend calls ``aot_autograd(..., decompositions=...)``
+with its own table and lowers with torch-mlir (TR ``neuron_dynamo_backend/backend.py:285-305``), so
+Inductor's primitives never reach it; foreach ops are registered Neuron kernels
+(``_foreach_{add,sub,mul,div}``, ``_foreach_norm``: TR ``.../ops/foreach_ops.py``) or PyTorch's
+per-tensor loops.
 """
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import tempfile
@@ -60,6 +64,110 @@ def test_a_graph_holding_prims_fma_lowers_to_multiply_and_add():
     assert "stablehlo.multiply" in lowered.text and "stablehlo.add" in lowered.text
     torch.testing.assert_close(stablehlo.decomposed(gm)(a, b, c), (a * b + c) * 2)
     assert inductor_prims.fma not in _targets(stablehlo.decomposed(gm))
+
+
+def test_a_graph_holding_prims_rev_lowers_to_a_reverse():
+    """Inductor's table writes ``flip`` as ``prims.rev``, which torch-mlir cannot lower."""
+    x = torch.randn(3, 4, 5)
+    gm = make_fx(lambda t: torch.ops.prims.rev(t, [0, 2]) * 2)(x)
+    assert torch.ops.prims.rev.default in _targets(gm)
+    assert "stablehlo.reverse" in stablehlo.lower_fx_graph(gm).text
+    torch.testing.assert_close(stablehlo.decomposed(gm)(x), x.flip(0, 2) * 2)
+
+
+def test_a_compiled_flip_and_its_backward_lower_and_match_cpu():
+    """Mamba-2 and Falcon-H1 flip their chunked scans; the backward of a flip is a flip."""
+    x = torch.randn(2, 6, 4)
+
+    def reversed_cumsum(t):
+        return t.flip(1).cumsum(1).flip(1).square().sum()
+
+    x_dev = x.to("neuron").requires_grad_()
+    loss = torch.compile(reversed_cumsum, backend="neuron", fullgraph=True)(x_dev)
+    loss.backward()
+    x_cpu = x.clone().requires_grad_()
+    expected = reversed_cumsum(x_cpu)
+    expected.backward()
+    torch.testing.assert_close(loss.cpu(), expected.detach())
+    torch.testing.assert_close(x_dev.grad.cpu(), x_cpu.grad)
+    records = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert [r["lowering"] for r in records] == ["lowered", "lowered"]
+
+
+@pytest.mark.parametrize("x, bins, low, high", [
+    (torch.randn(300, generator=torch.Generator().manual_seed(3)) * 2, 10, -1.0, 1.0),  # values outside
+    (torch.randn(4, 50, generator=torch.Generator().manual_seed(4)), 7, 0, 0),  # the data's range
+    (torch.full((6,), 2.5), 4, 0, 0),  # constant data: range widened by 1 each side
+    (torch.linspace(0, 1, 33, dtype=torch.float64), 8, 0.0, 1.0),  # max falls in the last bin
+], ids=["range", "data-range", "constant", "float64-edges"])
+def test_a_graph_holding_histc_lowers_and_counts_as_the_cpu_kernel(x, bins, low, high):
+    """The real product's compile table decomposes ``histc`` (the MoE routers' token counts)."""
+    gm = make_fx(lambda t: torch.histc(t, bins, low, high) * 1)(x)
+    assert torch.ops.aten.histc.default in _targets(gm)
+    assert "stablehlo.scatter" in stablehlo.lower_fx_graph(gm).text
+    torch.testing.assert_close(stablehlo.decomposed(gm)(x), torch.histc(x, bins, low, high), rtol=0, atol=0)
+
+
+def test_a_compiled_moe_token_count_on_integers_lowers_and_matches_cpu():
+    """Transformers' MoE routers count tokens per expert with ``histc`` on integer expert ids
+    on every non-CPU device; the CPU has no integer ``histc``, so the count is checked with ``bincount``."""
+    experts = torch.randint(0, 8, (16, 2), generator=torch.Generator().manual_seed(5))
+
+    def tokens_per_expert(ids):
+        return torch.histc(ids, bins=8, min=0, max=7)
+
+    counts = torch.compile(tokens_per_expert, backend="neuron", fullgraph=True)(experts.to("neuron"))
+    assert counts.dtype == torch.int64
+    torch.testing.assert_close(counts.cpu(), torch.bincount(experts.flatten(), minlength=8))
+    records = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert [r["lowering"] for r in records] == ["lowered"]
+
+
+@pytest.mark.parametrize("channels, out_channels, taps, stride, padding, dilation, groups, bias", [
+    (8, 8, 4, 1, 3, 1, 8, True),  # Mamba's causal conv1d: depthwise, padded by taps - 1
+    (6, 4, 3, 2, 1, 2, 2, False),  # grouped, strided, dilated
+    (4, 6, 2, 1, 0, 1, 1, True),
+], ids=["depthwise", "grouped-strided-dilated", "dense"])
+def test_a_graph_holding_conv1d_backward_lowers_and_matches_autograd(channels, out_channels, taps, stride,
+                                                                     padding, dilation, groups, bias):
+    """torch-mlir fails ``convolution_backward`` itself (a ``torch.constant.int`` left)."""
+    x = torch.randn(2, channels, 13, requires_grad=True)
+    w = torch.randn(out_channels, channels // groups, taps, requires_grad=True)
+    b = torch.randn(out_channels, requires_grad=True) if bias else None
+    y = torch.nn.functional.conv1d(x, w, b, stride, padding, dilation, groups)
+    grad_y = torch.randn_like(y)
+    y.backward(grad_y)
+
+    def backward(grad_y, x, w):
+        return torch.ops.aten.convolution_backward(grad_y, x, w, [out_channels] if bias else None, [stride],
+                                                   [padding], [dilation], False, [0], groups, [True, True, bias])
+
+    gm = make_fx(backward)(grad_y, x.detach(), w.detach())
+    assert "stablehlo.convolution" in stablehlo.lower_fx_graph(gm).text
+    got = stablehlo.decomposed(gm)(grad_y, x.detach(), w.detach())
+    torch.testing.assert_close(got[0], x.grad)
+    torch.testing.assert_close(got[1], w.grad)
+    if bias:
+        torch.testing.assert_close(got[2], b.grad)
+
+
+def test_a_compiled_causal_conv1d_training_step_lowers_and_matches_cpu():
+    conv = torch.nn.Conv1d(8, 8, kernel_size=4, padding=3, groups=8)
+    x = torch.randn(2, 8, 10, generator=torch.Generator().manual_seed(6))
+
+    def loss_of(module, x):
+        return module(x)[..., : x.shape[-1]].square().sum()
+
+    device_conv = copy.deepcopy(conv).to("neuron")
+    loss = torch.compile(loss_of, backend="neuron", fullgraph=True)(device_conv, x.to("neuron"))
+    loss.backward()
+    expected = loss_of(conv, x)
+    expected.backward()
+    torch.testing.assert_close(loss.cpu(), expected.detach())
+    for got, want in zip(device_conv.parameters(), conv.parameters()):
+        torch.testing.assert_close(got.grad.cpu(), want.grad)
+    records = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert [r["lowering"] for r in records] == ["lowered", "lowered"]
 
 
 def test_eager_attention_softmax_backward_compiles_lowered_and_matches_cpu():

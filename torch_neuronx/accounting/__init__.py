@@ -35,7 +35,7 @@ def install(topology) -> None:
     log.configure()
     _accounting = make_accounting(topology.profile.family, topology.lnc)
     _kernel_key.install()
-    _C._set_signature_callback(_on_new_signature)
+    _C._set_signature_callback(_keep_dynamo_out(_on_new_signature))
     set_kernel_accounting(enabled_from_env())
     _metrics.register_sources(lambda: _accounting)
     _projected.install(topology)
@@ -50,6 +50,25 @@ def reconfigure(topology) -> None:
     _accounting.config = compiler_config(topology.profile.family, topology.lnc)
     set_kernel_accounting(_enabled)
     _projected.reconfigure(topology)
+
+
+def _keep_dynamo_out(callback):
+    """Mark ``callback`` so that Dynamo never traces it or anything it calls, and return it.
+
+    C++ calls it while an eager op runs, and an eager op can run inside a compiled function
+    (the instruction a graph breaks on): with Dynamo's frame hook active, the callback was a new
+    frame to Dynamo, compiled once per op name up to its recompile limit, listeners included
+    (issue 29). PyTorch keeps Dynamo out of the Python kernels the dispatcher calls the same way
+    (``torch._library.custom_ops`` wraps them in ``torch._disable_dynamo``), but that wrapper
+    imports ``torch._dynamo`` (about 2 s) on the first new signature of every process, eager
+    ones included. Instead the callback's code object gets the execution strategy Dynamo's own
+    ``torch.compiler.disable`` amounts to: skip this frame, and run every frame it calls with the
+    frame hook off. Set once, in C; no wrapper, nothing on the signature path, no Dynamo import.
+    """
+    from torch._C._dynamo.eval_frame import _FrameAction, _FrameExecStrategy, set_code_exec_strategy
+
+    set_code_exec_strategy(callback.__code__, _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP))
+    return callback
 
 
 def _on_new_signature(op: str, key: str, description: str, args: tuple) -> None:

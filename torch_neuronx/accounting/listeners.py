@@ -10,6 +10,8 @@ of the same sizes, strides and dtype — enough to trace or lower the op
 (projection, StableHLO lowering) without its data.
 
 A listener that raises is reported once as a warning and never breaks the op.
+Listeners run outside Dynamo even when the op runs inside a compiled function
+(between two graphs): Dynamo never traces them (``accounting._keep_dynamo_out``).
 """
 from __future__ import annotations
 

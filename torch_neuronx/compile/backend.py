@@ -30,6 +30,7 @@ from torch._guards import CompileContext, detect_fake_mode
 from torch._inductor import config as inductor_config
 from torch._inductor.compile_fx import compile_fx_inner, partition_fn
 from torch._inductor.decomposition import select_decomp_table
+from torch._inductor.fx_passes.post_grad import view_to_reshape
 from torch._inductor.virtualized import V
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
@@ -188,6 +189,9 @@ def _compile_aot_graph(
         record.torch_neuronx_fx_passes_us = _us_since(start)
         _lower_and_account(gm, example_inputs, record)
         codegen_start = time.perf_counter()
+        # What Inductor does before its own fake propagation: a backward graph's saved activations
+        # can arrive with other strides than the trace gave them (Mamba's scan), so a view may not apply.
+        view_to_reshape(gm)
         fake_mode = detect_fake_mode(example_inputs)
         cpu_inputs = passes.cpu_fake_inputs(fake_mode, example_inputs)
         FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
@@ -227,13 +231,20 @@ def _note_fallback(exc: Exception) -> None:
     METRICS.add_fallback(message)
 
 
+def aot_decompositions() -> dict:
+    """What AOTAutograd decomposes: Inductor's table (this backend runs Inductor's code generation),
+    plus the real product's ``histc`` (TR ``neuron_dynamo_backend/decompositions.py:1827-1868``),
+    so that the graph run on the host and the graph lowered hold the same scatter-add."""
+    return {**select_decomp_table(), torch.ops.aten.histc.default: stablehlo.histc_by_scatter_add}
+
+
 def _aot_neuron(settings: _Settings) -> Callable:
     compiler = functools.partial(_compile_aot_graph, settings=settings)
     return aot_autograd(
         fw_compiler=functools.partial(compiler, is_inference=False, is_backward=False),
         bw_compiler=functools.partial(compiler, is_inference=False, is_backward=True),
         inference_compiler=functools.partial(compiler, is_inference=True, is_backward=False),
-        decompositions=select_decomp_table(),
+        decompositions=aot_decompositions(),
         partition_fn=partition_fn,
         keep_inference_input_mutations=True,
     )

@@ -285,6 +285,68 @@ def _fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     return a * b + c
 
 
+def _rev_as_flip(a: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
+    """``prims.rev`` as ``aten.flip``, which torch-mlir lowers (``stablehlo.reverse``).
+
+    Inductor's decomposition table, which this backend shares, writes ``flip`` (Mamba-2's and
+    Falcon-H1's chunked scans) as the primitive; the real product traces with its own table,
+    and ``flip`` is a core ATen op that PyTorch's core decompositions keep."""
+    return torch.ops.aten.flip.default(a, dims)
+
+
+def histc_by_scatter_add(x: torch.Tensor, bins: int = 100, min: float = 0, max: float = 0) -> torch.Tensor:
+    """``aten.histc`` as a scatter-add of ones into ``bins`` counters, which torch-mlir lowers.
+
+    The real product's compile table decomposes ``histc`` the same way
+    (TR ``neuron_dynamo_backend/decompositions.py:1827-1868``, in the table its backend passes to
+    ``aot_autograd``, ``:1889-1898``), so the MoE routers' token counts lower on Trainium. The
+    bins follow PyTorch's CPU kernel: ``min == max`` takes the data's range (widened by 1 on each
+    side when the data is constant), a value's bin is ``(v - min) / (max - min) * bins``, ``max``
+    itself falls in the last bin, values outside are not counted. Integer inputs (the token counts)
+    are binned in float64, exactly, and counted in their own dtype. In the AOTAutograd table of
+    ``backend="neuron"`` too (:func:`backend.aot_decompositions`): the graph Inductor runs on the
+    host then counts integers as the device kernel does (PyTorch's CPU ``histc`` takes no integers)."""
+    values = x.reshape(-1) if x.is_floating_point() else x.reshape(-1).to(torch.float64)
+    if min == max:
+        low, high = torch.aminmax(values)
+        constant = low == high
+        low, high = torch.where(constant, low - 1, low), torch.where(constant, high + 1, high)
+    else:
+        low, high = float(min), float(max)
+    inside = (values >= low) & (values <= high)
+    position = ((values - low) / (high - low) * bins).to(torch.int64).clamp(0, bins - 1)
+    counts = torch.zeros(bins, dtype=torch.int64, device=x.device)
+    return counts.scatter_add(0, position, inside.to(torch.int64)).to(x.dtype)
+
+
+def _conv1d_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                     output_padding, groups, output_mask):
+    """``convolution_backward`` of a 1-D convolution (Mamba's causal conv1d, depthwise) as
+    convolutions, slices and a matmul, which torch-mlir lowers; it fails on the op itself
+    (``torch.constant.int`` left). The real product's compile table decomposes it into
+    convolutions too (TR ``neuron_dynamo_backend/decompositions.py:1615-1801``). Other
+    convolutions keep the op (``NotImplemented``)."""
+    if transposed or input.dim() != 3:
+        return NotImplemented
+    (s,), (p,), (d,) = stride, padding, dilation
+    taps, steps = weight.shape[-1], grad_output.shape[-1]
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:  # the transposed convolution, padded back to the input's length
+        covered = (steps - 1) * s - 2 * p + d * (taps - 1) + 1
+        grad_input = torch.ops.aten.convolution.default(
+            grad_output, weight, None, [s], [p], [d], True, [input.shape[-1] - covered], groups)
+    if output_mask[1]:  # each tap's input window against the output gradient, per group
+        n, channels, _ = input.shape
+        padded = torch.nn.functional.pad(input, (p, p))
+        windows = torch.stack([padded[:, :, k * d: k * d + s * (steps - 1) + 1: s] for k in range(taps)], dim=-1)
+        windows = windows.reshape(n, groups, channels // groups, steps, taps)
+        per_group = grad_output.reshape(n, groups, -1, steps)
+        grad_weight = torch.einsum("ngitk,ngot->goik", windows, per_group).reshape(weight.shape)
+    if output_mask[2]:
+        grad_bias = grad_output.sum((0, 2))
+    return grad_input, grad_weight, grad_bias
+
+
 def _scalars_times(op: str, self: torch.Tensor, tensor1: torch.Tensor, tensor2: torch.Tensor,
                    scalar: torch.Tensor) -> torch.Tensor:
     """``addcmul``/``addcdiv`` with a tensor ``value`` (their ATen forms take a Python scalar)."""
@@ -384,11 +446,14 @@ _SCALAR_FORMS = {
 @functools.cache
 def _graph_op_decompositions() -> dict:
     """What Dynamo and AOTAutograd put in a graph that torch-mlir's table leaves alone:
-    Inductor's ``prims.fma``, the foreach ops, unsorted ``topk`` and the Scalar forms of
+    Inductor's ``prims.fma``, ``prims.rev``, ``histc``, 1-D ``convolution_backward``, the foreach ops,
+    unsorted ``topk`` and the Scalar forms of
     :data:`_SCALAR_FORMS`."""
     from torch._inductor import inductor_prims
 
-    return {**_foreach_decompositions(), inductor_prims.fma: _fma, torch.ops.aten.topk.default: _topk_sorted,
+    return {**_foreach_decompositions(), inductor_prims.fma: _fma, torch.ops.prims.rev.default: _rev_as_flip,
+            torch.ops.aten.histc.default: histc_by_scatter_add, torch.ops.aten.topk.default: _topk_sorted,
+            torch.ops.aten.convolution_backward.default: _conv1d_backward,
             **{scalar: _scalar_as_tensor(tensor) for scalar, tensor in _SCALAR_FORMS.items()}}
 
 

@@ -77,12 +77,18 @@ def _device_steps(model, ids) -> dict:
 
 
 def _run_compiled(name: str, step, reference: dict, cpu: dict) -> dict:
-    """One compiled check: it must compile something, lower, not fall back, and match the CPU."""
+    """One compiled check: it must compile something, lower, not fall back, and match the CPU.
+
+    Dynamo starts afresh, as in a process that runs only this step: its recompile limit counts
+    per code object, and a code object can serve many methods (Transformers' ``deprecate_kwarg``
+    wrapper is one for every method it decorates), so the checks before would use up the entries
+    a later one needs and leave it running eagerly, on any device and backend."""
     from ..compile.dynamo_metrics import reset_dynamo_metrics
 
     if not cpu[REFERENCE[name]]["ok"]:
         return {"ok": None, "error": f"not compared: fails on CPU ({cpu[REFERENCE[name]]['error']})",
                 "cause": None, "op": None}
+    torch._dynamo.reset()
     reset_dynamo_metrics()
     start = time.perf_counter()
     try:
@@ -105,11 +111,15 @@ def _run_compiled(name: str, step, reference: dict, cpu: dict) -> dict:
 def not_auto_compiled(model) -> str | None:
     """Why the static-cache ``generate`` check does not apply: Transformers compiles a model's
     decoding by itself only when the model declares it can be captured whole
-    (``_can_compile_fullgraph``); otherwise it never does, on any device."""
-    if getattr(model, "_can_compile_fullgraph", False):
+    (``_can_compile_fullgraph``) and ``get_compiled_call`` returns a compiled call (it returns
+    the model's own ``__call__`` for some, e.g. every Llama 4); otherwise it never does, on any device."""
+    if not getattr(model, "_can_compile_fullgraph", False):
+        reason = "_can_compile_fullgraph is False"
+    elif model.get_compiled_call(model.generation_config.compile_config) == model.__call__:
+        reason = "its get_compiled_call returns the model uncompiled"
+    else:
         return None
-    return (f"{NOT_APPLICABLE}: Transformers never compiles {type(model).__name__}'s generate "
-            "(_can_compile_fullgraph is False), on any device")
+    return f"{NOT_APPLICABLE}: Transformers never compiles {type(model).__name__}'s generate ({reason}), on any device"
 
 
 def _cpu_reference(model, ids) -> tuple[dict, dict]:
@@ -134,7 +144,6 @@ def probe_attention(model_type: str, attention: str, device: str) -> dict:
         return {"supported": False, "error": first_line(exc, limit=200)}
     ids = token_batch(model)  # the batch of the eager checks: same seed, same vocabulary
     reference, cpu = _cpu_reference(model, ids)
-    torch._dynamo.reset()  # each implementation compiles afresh, far from Dynamo's recompile limit
     try:
         target = torch.device(device)
         dev_model = copy.deepcopy(model).to(target)
