@@ -160,9 +160,9 @@ NO_DROPOUT = {"gpt2": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 
 # Falcon (multi_query=True, its tiny config's default): its key/value heads are picked by a list
 # index, whose backward Inductor 2.13 compiled wrong on CPU (compile/tile2d_atomic_add.py).
-# Mamba: its causal conv1d's backward (convolution_backward) did not lower, and its scan's saved
-# activations reach the backward graph with strides a view cannot take (Inductor's view_to_reshape).
-@pytest.mark.parametrize("model_type", ["llama", "qwen2", "gpt2", "falcon", "mamba"])
+# Mamba (its causal conv1d's backward; its scan's saved activations reach the backward graph with
+# strides a view cannot take) is checked by the compiled coverage sweep, not here: ≈ 60 s of Inductor.
+@pytest.mark.parametrize("model_type", ["llama", "qwen2", "gpt2", "falcon"])
 def test_compiled_training_step_with_eager_attention_matches_cpu(model_type):
     from torch_neuronx.testing.tiny_models import tiny_causal_lm
 

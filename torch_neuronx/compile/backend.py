@@ -184,14 +184,15 @@ def _compile_aot_graph(
     )
     try:
         devices = passes.output_devices(gm)
+        # What Inductor does before its own fake propagation: a backward graph's saved activations
+        # can arrive with other strides than the trace gave them (Mamba's scan), so a view may not
+        # apply; the projection's trace and the host's propagation below both need the reshapes.
+        view_to_reshape(gm)
         executed = projected.add_graph(record.graph_name, gm, example_inputs)  # before the CPU rewrite
         passes.rewrite_devices_to_cpu(gm)
         record.torch_neuronx_fx_passes_us = _us_since(start)
         _lower_and_account(gm, example_inputs, record)
         codegen_start = time.perf_counter()
-        # What Inductor does before its own fake propagation: a backward graph's saved activations
-        # can arrive with other strides than the trace gave them (Mamba's scan), so a view may not apply.
-        view_to_reshape(gm)
         fake_mode = detect_fake_mode(example_inputs)
         cpu_inputs = passes.cpu_fake_inputs(fake_mode, example_inputs)
         FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
