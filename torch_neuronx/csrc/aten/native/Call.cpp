@@ -66,7 +66,7 @@ at::Tensor CallState::to_neuron(const at::Tensor& out) {
   if (!out.defined()) {
     return out;
   }
-  const auto index = device_.value_or(current_device());
+  const auto index = device_ ? *device_ : current_device();
   if (out._is_zerotensor()) {
     // Autograd's efficient zero tensors (e.g. the gradient of sign/round)
     // have no memory behind their shape: give the device real zeros.
@@ -90,7 +90,7 @@ at::Tensor CallState::to_neuron(const at::Tensor& out) {
   if (base == nullptr) {
     for (auto& [adopted_storage, neuron] : adopted_) {
       if (adopted_storage == storage) {
-        base = &neuron.storage();
+        base = &neuron->storage();
         break;
       }
     }
@@ -113,7 +113,7 @@ at::Tensor CallState::to_neuron(const at::Tensor& out) {
     cpu_alias(result).copy_(out);
   } else {
     result = aten_kernel_ ? adopt_cpu_result(out, index) : adopt_cpu_tensor(out, index);
-    adopted_.emplace_back(storage, result);
+    adopted_.emplace_back(storage, result.unsafeGetTensorImpl());
   }
   if (needs_narrowing(result.dtype())) {
     narrow_64bit_inplace(cpu_alias(result));
