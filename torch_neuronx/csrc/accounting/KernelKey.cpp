@@ -1,6 +1,7 @@
 // The eager kernel key: hashing one call's arguments (see KernelKey.h).
 #include "accounting/KernelKey.h"
 #include "runtime/Fork.h"
+#include "runtime/PerThread.h"
 
 #include <array>
 #include <atomic>
@@ -85,7 +86,6 @@ struct MaskCache {
   };
   std::array<Slot, 512> slots{};
 };
-thread_local MaskCache t_masks;
 
 } // namespace
 
@@ -174,7 +174,11 @@ void KeyBuilder::value(const c10::IValue& v, bool is_static, bool is_out) {
 
 ArgumentMasks argument_masks(const c10::FunctionSchema& schema) {
   const uint64_t generation = g_rows_generation.load(std::memory_order_acquire);
-  auto& slot = t_masks.slots[(reinterpret_cast<uintptr_t>(&schema) >> 4) % t_masks.slots.size()];
+  MaskCache* cache = PerThread<MaskCache>::get();
+  if (cache == nullptr) {
+    return compute_masks(schema);
+  }
+  auto& slot = cache->slots[(reinterpret_cast<uintptr_t>(&schema) >> 4) % cache->slots.size()];
   if (slot.schema != &schema || slot.generation != generation) {
     slot = {&schema, generation, compute_masks(schema)};
   }

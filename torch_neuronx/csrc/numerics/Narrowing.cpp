@@ -4,6 +4,7 @@
 // kernel (aten/native/Call.cpp) and after host-to-device copies; a value that
 // changes in 32 bits is narrowed (warn once) or raises (strict).
 #include "numerics/Narrowing.h"
+#include "runtime/PerThread.h"
 
 #include <atomic>
 #include <cmath>
@@ -16,7 +17,7 @@ std::atomic<int> g_narrowing{0};
 // Formatting a tensor for print() computes float64 temporaries on the device;
 // narrowing them would warn about values the user never had. Python suspends
 // narrowing on the printing thread only (numerics/tensor_print.py).
-thread_local int t_narrowing_suspended = 0;
+thread_local int t_narrowing_suspended TORCH_NEURONX_FAST_TLS = 0;
 
 // Whether any value of a contiguous int64/float64 tensor changes when kept
 // in 32 bits (NaN stays NaN, infinities stay infinite).

@@ -15,6 +15,7 @@
 #include "runtime/Device.h"
 #include "runtime/Fork.h"
 #include "runtime/HostPool.h"
+#include "runtime/PerThread.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -41,30 +42,22 @@ struct Charge {
 // Records are recycled per thread: every op result is charged and released,
 // and a heap allocation and free per result was a tenth of what a small op
 // cost beyond CPU's. A record released on another thread joins that thread's
-// spares. The spares live in trivially destructible thread-local storage,
-// usable while the thread is torn down; the owner frees them when it ends.
-constexpr int kSpareCharges = 32;
+// spares.
 struct SpareCharges {
-  Charge* records[kSpareCharges];
-  int count;
-  bool owned;  // the owner below exists
-  bool closed; // the owner freed the spares: the thread is ending
-};
-thread_local SpareCharges t_spares{};
-
-struct SpareChargesOwner {
-  bool armed = false;
-  ~SpareChargesOwner() {
-    t_spares.closed = true;
-    while (t_spares.count > 0) {
-      delete t_spares.records[--t_spares.count];
+  static constexpr int kMax = 32;
+  std::array<Charge*, kMax> records{};
+  int count = 0;
+  ~SpareCharges() {
+    while (count > 0) {
+      delete records[--count];
     }
   }
 };
-thread_local SpareChargesOwner t_spares_owner;
 
 Charge* new_charge(size_t bytes, c10::DeviceIndex device) {
-  Charge* charge = t_spares.count > 0 ? t_spares.records[--t_spares.count] : new Charge();
+  SpareCharges* spares = PerThread<SpareCharges>::get();
+  Charge* charge = spares != nullptr && spares->count > 0 ? spares->records[--spares->count]
+                                                          : new Charge();
   charge->bytes = bytes;
   charge->device = device;
   return charge;
@@ -72,16 +65,12 @@ Charge* new_charge(size_t bytes, c10::DeviceIndex device) {
 
 // `charge` holds nothing any more (its memory was freed).
 void recycle(Charge* charge) {
-  auto& spares = t_spares;
-  if (spares.closed || spares.count == kSpareCharges) {
+  SpareCharges* spares = PerThread<SpareCharges>::get();
+  if (spares == nullptr || spares->count == SpareCharges::kMax) {
     delete charge;
     return;
   }
-  if (C10_UNLIKELY(!spares.owned)) {
-    spares.owned = true;
-    t_spares_owner.armed = true; // constructed here, destroyed when the thread ends
-  }
-  spares.records[spares.count++] = charge;
+  spares->records[spares->count++] = charge;
 }
 
 class NeuronAllocator final : public c10::DeviceAllocator {

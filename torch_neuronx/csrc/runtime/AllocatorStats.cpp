@@ -25,6 +25,7 @@
 // every figure is what the locked version reports.
 #include "runtime/AllocatorStats.h"
 #include "runtime/Fork.h"
+#include "runtime/PerThread.h"
 
 #include <c10/macros/Macros.h>
 
@@ -143,7 +144,7 @@ using PoolTotals = std::array<int64_t, kTotals>;
 
 // Written only by its thread (or under g_threads_mutex), read under the lock:
 // atomics for the reads, plain loads and stores for the writes.
-struct ThreadTotals {
+struct Totals {
   std::array<std::array<std::array<std::atomic<int64_t>, kTotals>, kPools>, kMaxCores> cores{};
 
   void add(c10::DeviceIndex index, int pool, int64_t bytes, bool allocated) {
@@ -159,51 +160,32 @@ struct ThreadTotals {
 std::mutex g_threads_mutex;
 // Live threads' tables; leaked, so that threads ending during static
 // destruction still find them.
-std::vector<ThreadTotals*>& g_threads = *new std::vector<ThreadTotals*>();
-ThreadTotals g_retired;                                     // finished threads', under the lock
+std::vector<Totals*>& g_threads = *new std::vector<Totals*>();
+Totals g_retired; // finished threads' counts, under the lock
 std::array<std::array<PoolTotals, kPools>, kMaxCores> g_baseline{}; // what a reset subtracts
 
-thread_local ThreadTotals* t_totals = nullptr;
-thread_local bool t_finished = false; // the thread's table was folded away
-
-// Folds the thread's table into the retired totals when the thread ends.
-struct ThreadTotalsOwner {
-  bool armed = false;
-  ~ThreadTotalsOwner() {
-    t_finished = true;
-    ThreadTotals* totals = t_totals;
-    if (totals == nullptr) {
-      return;
-    }
-    {
-      std::lock_guard<std::mutex> lock(g_threads_mutex);
-      for (int c = 0; c < kMaxCores; ++c) {
-        for (int p = 0; p < kPools; ++p) {
-          for (int k = 0; k < kTotals; ++k) {
-            ThreadTotals::bump(g_retired.cores[c][p][k],
-                               totals->cores[c][p][k].load(std::memory_order_relaxed));
-          }
+// One thread's table (PerThread.h): registered when the thread first counts,
+// folded into the retired counts when it ends.
+struct ThreadTotals : Totals {
+  ThreadTotals() {
+    std::lock_guard<std::mutex> lock(g_threads_mutex);
+    g_threads.push_back(this);
+  }
+  ~ThreadTotals() {
+    std::lock_guard<std::mutex> lock(g_threads_mutex);
+    for (int c = 0; c < kMaxCores; ++c) {
+      for (int p = 0; p < kPools; ++p) {
+        for (int k = 0; k < kTotals; ++k) {
+          bump(g_retired.cores[c][p][k], cores[c][p][k].load(std::memory_order_relaxed));
         }
       }
-      g_threads.erase(std::find(g_threads.begin(), g_threads.end(), totals));
     }
-    t_totals = nullptr;
-    delete totals;
+    g_threads.erase(std::find(g_threads.begin(), g_threads.end(), this));
   }
 };
-thread_local ThreadTotalsOwner t_owner;
 
 void count(c10::DeviceIndex index, size_t bytes, bool allocated) {
-  ThreadTotals* totals = t_totals;
-  if (C10_UNLIKELY(totals == nullptr) && !t_finished) {
-    totals = new ThreadTotals();
-    {
-      std::lock_guard<std::mutex> lock(g_threads_mutex);
-      g_threads.push_back(totals);
-    }
-    t_owner.armed = true; // constructs the owner, whose destructor folds the table
-    t_totals = totals;
-  }
+  ThreadTotals* totals = PerThread<ThreadTotals>::get();
   if (C10_UNLIKELY(totals == nullptr)) {
     // A tensor freed by this thread's own teardown, after its table was folded.
     std::lock_guard<std::mutex> lock(g_threads_mutex);
@@ -216,7 +198,7 @@ void count(c10::DeviceIndex index, size_t bytes, bool allocated) {
 // The cumulative counts of one core since process start; under the lock.
 std::array<PoolTotals, kPools> sum_totals(c10::DeviceIndex index) {
   std::array<PoolTotals, kPools> sums{};
-  auto add = [&](const ThreadTotals& totals) {
+  auto add = [&](const Totals& totals) {
     for (int p = 0; p < kPools; ++p) {
       for (int k = 0; k < kTotals; ++k) {
         sums[p][k] += totals.cores[index][p][k].load(std::memory_order_relaxed);
@@ -224,7 +206,7 @@ std::array<PoolTotals, kPools> sum_totals(c10::DeviceIndex index) {
     }
   };
   add(g_retired);
-  for (const ThreadTotals* totals : g_threads) {
+  for (const Totals* totals : g_threads) {
     add(*totals);
   }
   return sums;

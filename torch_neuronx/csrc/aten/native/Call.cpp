@@ -39,7 +39,8 @@ void CallState::note_other(const at::Tensor& t) {
 at::Tensor CallState::alias(const at::Tensor& t, bool is_write) {
   note_device(t.device());
   at::Tensor a = aten_kernel_ ? call_cpu_alias(t) : cpu_alias(t);
-  auto* storage = a.storage().unsafeGetStorageImpl();
+  // An alias is a plain CPU tensor made here: its storage needs no virtual call.
+  auto* storage = a.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
   by_tensor_.emplace_back(a.unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
   by_storage_.emplace_back(storage, t.unsafeGetTensorImpl());
   if (is_write) {
