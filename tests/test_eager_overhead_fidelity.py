@@ -172,6 +172,25 @@ def test_arange_out_of_the_int32_range_in_strict_mode_raises_and_charges_nothing
         torch_neuronx.set_64bit_mode(before)
 
 
+@pytest.mark.parametrize("position", [0, 63, 64, 130, 191, 192, 199])
+@pytest.mark.parametrize("value", [2**31, -(2**31) - 1])
+def test_the_int64_scan_finds_a_value_out_of_the_int32_range_anywhere(position, value):
+    """int64 values are scanned in fixed blocks (Narrowing.cpp): a value that does not fit is
+    found in any block and in the tail; the int32 extremes fit."""
+    fits = torch.full((200,), 2**31 - 1, dtype=torch.int64)
+    fits[::2] = -(2**31)
+    before = torch_neuronx.get_64bit_mode()
+    torch_neuronx.set_64bit_mode("strict")
+    try:
+        assert torch.equal(fits.to("neuron").cpu(), fits)
+        bad = fits.clone()
+        bad[position] = value
+        with pytest.raises(RuntimeError, match="does not fit in int32"):
+            bad.to("neuron")
+    finally:
+        torch_neuronx.set_64bit_mode(before)
+
+
 def _interleaved_results(device: str) -> list[torch.Tensor]:
     """Fast-path ops whose arguments change dtype, shape, offset, strides and sign bit from one
     call to the next, so a recycled alias must be re-pointed completely every time."""

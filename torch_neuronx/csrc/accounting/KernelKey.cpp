@@ -94,17 +94,20 @@ void KeyBuilder::tensor(const at::Tensor& t, bool is_out) {
     mix(hash_, kUndefinedTensor);
     return;
   }
-  mix(hash_, static_cast<uint64_t>(t.scalar_type()));
-  mix(hash_, static_cast<uint64_t>(t.dim()));
-  for (auto s : t.sizes()) {
+  // One read of each field, on every call of every kernel.
+  const c10::TensorImpl& impl = *t.unsafeGetTensorImpl();
+  const c10::IntArrayRef sizes = impl.sizes();
+  mix(hash_, static_cast<uint64_t>(impl.dtype().toScalarType()));
+  mix(hash_, static_cast<uint64_t>(sizes.size()));
+  for (auto s : sizes) {
     mix(hash_, static_cast<uint64_t>(s));
   }
   if (is_out) {
     return;
   }
-  if (t.numel() == 0) {
+  if (impl.numel() == 0) {
     has_empty_ = true;
-  } else if (!t.is_contiguous()) {
+  } else if (!impl.is_contiguous()) {
     non_contiguous_.push_back(&t);
   }
 }

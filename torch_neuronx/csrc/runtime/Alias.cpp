@@ -168,16 +168,17 @@ at::Tensor adopt_cpu_result(const at::Tensor& cpu, c10::DeviceIndex index) {
   // Only a plain dense CPU tensor that nobody else can observe changes device
   // in place; anything else (shared, a wrapped number, extra dispatch keys
   // such as Python, conj or neg) is adopted through new objects.
-  const bool sole = impl != nullptr && cpu.use_count() == 1 && cpu.storage().use_count() == 1 &&
+  const bool sole = impl != nullptr && cpu.use_count() == 1 &&
       impl->device_type() == c10::DeviceType::CPU && impl->layout() == c10::kStrided &&
       !impl->is_wrapped_number() && !impl->is_conj() && !impl->is_neg() &&
       !impl->_is_zerotensor() && !impl->key_set().has(c10::DispatchKey::Python) &&
       !impl->has_symbolic_sizes_strides() && impl->allow_tensor_metadata_change();
-  if (!sole) {
+  const c10::Storage* storage = sole ? &impl->storage() : nullptr;
+  if (storage == nullptr || storage->use_count() != 1) {
     return adopt_cpu_tensor(cpu, index);
   }
-  adopt_cpu_storage_in_place(*cpu.storage().unsafeGetStorageImpl(), index);
-  impl->set_storage_keep_dtype(cpu.storage()); // the tensor's device follows its storage
+  adopt_cpu_storage_in_place(*storage->unsafeGetStorageImpl(), index);
+  impl->set_storage_keep_dtype(*storage); // the tensor's device follows its storage
   impl->_change_backend_component_keys(c10::Device(kNeuron, index));
   return cpu;
 }

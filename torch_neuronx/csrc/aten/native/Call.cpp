@@ -80,7 +80,8 @@ at::Tensor CallState::to_neuron(const at::Tensor& out) {
       return retain(original);
     }
   }
-  auto* storage = out.storage().unsafeGetStorageImpl();
+  const c10::Storage& out_storage = out.storage();
+  auto* storage = out_storage.unsafeGetStorageImpl();
   const c10::Storage* base = nullptr;
   for (auto& [alias_storage, original] : by_storage_) {
     if (alias_storage == storage) {
@@ -106,7 +107,7 @@ at::Tensor CallState::to_neuron(const at::Tensor& out) {
     return view;
   }
   at::Tensor result;
-  if (out.storage().use_count() > 1) {
+  if (out_storage.use_count() > 1) {
     // Memory the kernel shares with something else: copy, never steal.
     c10::DeviceGuard guard(c10::Device(kNeuron, index));
     result = at::empty_strided(out.sizes(), out.strides(),
