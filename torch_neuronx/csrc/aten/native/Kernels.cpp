@@ -30,6 +30,18 @@ c10::DeviceIndex index_of(std::optional<c10::Device> device) {
   return current_device();
 }
 
+// An int64 arange is monotonic: every value fits in int32 when both ends do,
+// which spares scanning it (the decode loop builds ~20 per token).
+bool ends_fit_in_int32(const at::Tensor& range) {
+  const int64_t n = range.numel();
+  if (n == 0) {
+    return true;
+  }
+  const int64_t* values = range.const_data_ptr<int64_t>();
+  auto fits = [](int64_t v) { return v == static_cast<int32_t>(v); };
+  return fits(values[0]) && fits(values[n - 1]);
+}
+
 } // namespace
 
 at::Tensor empty_memory_format(
@@ -117,7 +129,8 @@ at::Tensor arange(
     HostPoolScope scope;
     at::cpu::arange_out(out, start, end, step);
   }
-  if ((type == at::kLong || type == at::kDouble) && narrowing_mode() != 0) {
+  if ((type == at::kLong || type == at::kDouble) && narrowing_mode() != 0 &&
+      !(type == at::kLong && ends_fit_in_int32(out))) {
     narrow_64bit_inplace(out); // strict mode raises here, before anything is charged
   }
   return adopt_cpu_result(out, index);
