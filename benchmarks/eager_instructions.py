@@ -1,7 +1,7 @@
-"""Instructions per eager op and per decoded token, ``neuron`` next to CPU, counted by callgrind.
+"""Instructions per eager op, decoded token and training step, ``neuron`` next to CPU, counted by callgrind.
 
-  python -m benchmarks.eager_instructions                  # add, mul, fill_ (64×64), decode
-  python -m benchmarks.eager_instructions --only add,decode --ops 5000 --tokens 5
+  python -m benchmarks.eager_instructions                  # add, mul, fill_ (64×64), decode, train
+  python -m benchmarks.eager_instructions --only add,decode --ops 5000 --tokens 5 --steps 1
 
 A host measurement that load does not disturb: each (workload, device) runs in its own process
 under ``valgrind --tool=callgrind`` with collection switched on only around the measured loop
@@ -22,14 +22,16 @@ import tempfile
 from pathlib import Path
 
 OPS = ("add", "mul", "fill_")
-WORKLOADS = (*OPS, "decode")
+WORKLOADS = (*OPS, "decode", "train")
+UNITS = {"decode": "token", "train": "step"}
 REPO = Path(__file__).resolve().parent.parent
 
 
 def run_workload(workload: str, device: str, count: int, toggle) -> None:
-    """The measured loop: ``count`` 64×64 ops, or the ``count - 1`` decode steps of a
-    static-cache ``generate()`` of ``count`` tokens after a warm-up one. ``toggle`` switches
-    counting on and off around it."""
+    """The measured loop: ``count`` 64×64 ops, the ``count - 1`` decode steps of a
+    static-cache ``generate()`` of ``count`` tokens after a warm-up one, or ``count`` steps of
+    the benchmark suite's training workload after a warm-up one. ``toggle`` switches counting
+    on and off around it."""
     import torch
 
     import torch_neuronx  # noqa: F401  (registers the device)
@@ -51,6 +53,9 @@ def run_workload(workload: str, device: str, count: int, toggle) -> None:
     from benchmarks.model import SIZES, build_model, token_batch
 
     size = SIZES["full"]
+    if workload == "train":
+        _train_steps(size, device, count, toggle)
+        return
     model = build_model(size).to(device).eval()
     model.generation_config.disable_compile = True
     prompt = token_batch(size, size.prompt, 10_000)[:1].to(device)
@@ -59,6 +64,32 @@ def run_workload(workload: str, device: str, count: int, toggle) -> None:
     with torch.no_grad():
         model.generate(prompt, **settings)  # warm-up: the static cache, the kernel signatures
         model.generate(prompt, streamer=_DecodeSteps(toggle), **settings)
+
+
+def _train_steps(size, device: str, count: int, toggle) -> None:
+    """The suite's ``train`` workload (benchmarks/workloads.py): AdamW on the benchmark Llama,
+    one batch of ``size.batch`` × ``size.seq`` tokens per step; the first step (optimizer state,
+    kernel signatures) is not counted."""
+    import torch
+
+    from benchmarks.model import build_model, token_batch
+
+    model = build_model(size).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step(index: int) -> None:
+        ids = token_batch(size, size.seq, index).to(device)
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        optimizer.step()
+        loss.item()
+
+    step(0)
+    toggle()
+    for index in range(1, count + 1):
+        step(index)
+    toggle()
 
 
 class _DecodeSteps:
@@ -93,16 +124,16 @@ def count_instructions(workload: str, device: str, count: int, valgrind: str) ->
         return int(collected.group(1))
 
 
-def measure(workloads, ops: int, tokens: int, valgrind: str, log=print) -> list[dict]:
+def measure(workloads, ops: int, tokens: int, steps: int, valgrind: str, log=print) -> list[dict]:
     rows = []
     for workload in workloads:
-        count = tokens if workload == "decode" else ops
+        count = {"decode": tokens, "train": steps}.get(workload, ops)
         measured = count - 1 if workload == "decode" else count
         per = {}
         for device in ("cpu", "neuron"):
             per[device] = count_instructions(workload, device, count, valgrind) / measured
             log(f"{workload} on {device}: {per[device]:,.0f} instructions per "
-                f"{'token' if workload == 'decode' else 'op'}")
+                f"{UNITS.get(workload, 'op')}")
         rows.append({"workload": workload, "count": measured, **per, "ratio": per["neuron"] / per["cpu"]})
     return rows
 
@@ -112,7 +143,7 @@ def markdown(rows: list[dict]) -> str:
              "counting only the measured loop.", "",
              "| workload | per | CPU | neuron | neuron − CPU | ratio |", "|---|---|---|---|---|---|"]
     for r in rows:
-        unit = "token" if r["workload"] == "decode" else "op (64×64)"
+        unit = UNITS.get(r["workload"], "op (64×64)")
         lines.append(f"| `{r['workload']}` | {unit} | {r['cpu']:,.0f} | {r['neuron']:,.0f} | "
                      f"{r['neuron'] - r['cpu']:+,.0f} | {r['ratio']:.3f} |")
     return "\n".join(lines)
@@ -123,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", help=f"comma-separated workloads of {', '.join(WORKLOADS)}")
     parser.add_argument("--ops", type=int, default=20000, help="measured calls per op workload")
     parser.add_argument("--tokens", type=int, default=9, help="generated tokens of the decode (all but the first measured)")
+    parser.add_argument("--steps", type=int, default=2, help="measured training steps (after an unmeasured one)")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     parser.add_argument("--child", nargs=3, metavar=("WORKLOAD", "DEVICE", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -134,13 +166,13 @@ def main(argv: list[str] | None = None) -> None:
         return
     workloads = [w.strip() for w in (args.only or ",".join(WORKLOADS)).split(",") if w.strip()]
     unknown = sorted(set(workloads) - set(WORKLOADS))
-    if unknown or args.ops < 1 or args.tokens < 2:
+    if unknown or args.ops < 1 or args.tokens < 2 or args.steps < 1:
         parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}"
-                     if unknown else "--ops must be ≥ 1 and --tokens ≥ 2")
+                     if unknown else "--ops and --steps must be ≥ 1 and --tokens ≥ 2")
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind); it counts the instructions")
-    text = markdown(measure(workloads, args.ops, args.tokens, valgrind))
+    text = markdown(measure(workloads, args.ops, args.tokens, args.steps, valgrind))
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n", encoding="utf-8")

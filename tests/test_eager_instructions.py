@@ -71,3 +71,35 @@ def test_the_decode_counts_only_decode_steps(monkeypatch):
     monkeypatch.setattr(torch.nn.functional, "embedding", embedding)
     eager_instructions.run_workload("decode", "cpu", 3, toggle)
     assert state == {"on": False, "toggles": 2, "lookups": 2}
+
+
+def test_the_training_counts_only_the_measured_steps(monkeypatch):
+    """Two measured steps after an unmeasured first one: one loss (one cross-entropy) and one
+    optimizer step each, all inside the counting switch."""
+    real_cross_entropy = torch.nn.functional.cross_entropy
+    real_step = torch.optim.AdamW.step
+    state = {"on": False, "toggles": 0, "losses": 0, "steps": 0}
+
+    def cross_entropy(*args, **kwargs):
+        state["losses"] += state["on"]
+        return real_cross_entropy(*args, **kwargs)
+
+    def step(self, *args, **kwargs):
+        state["steps"] += state["on"]
+        return real_step(self, *args, **kwargs)
+
+    def toggle():
+        state["on"] = not state["on"]
+        state["toggles"] += 1
+
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy", cross_entropy)
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    eager_instructions.run_workload("train", "cpu", 2, toggle)
+    assert state == {"on": False, "toggles": 2, "losses": 2, "steps": 2}
+
+
+def test_markdown_names_the_unit_of_each_workload():
+    rows = [{"workload": w, "count": 2, "cpu": 10.0, "neuron": 11.0, "ratio": 1.1}
+            for w in ("decode", "train")]
+    text = eager_instructions.markdown(rows)
+    assert "| `decode` | token |" in text and "| `train` | step |" in text

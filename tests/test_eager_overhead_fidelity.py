@@ -141,6 +141,56 @@ def test_arange_memory_matches_the_hand_derived_charge():
     assert torch.neuron.memory_allocated() == base
 
 
+def test_arange_accounts_the_out_kernel_pytorch_composes_it_from(fresh_cache):
+    """PyTorch builds torch.arange as empty({0}) then arange.start_out on every device but the
+    CPU. The native kernel computes the values on the host but reports that same kernel: one
+    signature per dtype and scalar types (the bounds are runtime inputs), which an explicit
+    out= call on an empty tensor shares."""
+    got = [torch.arange(10, device="neuron"),  # int64, int scalars
+           torch.arange(2, 12, device="neuron"),  # the same signature
+           torch.arange(0.0, 1.0, 0.25, device="neuron")]  # float32, float scalars
+    out = torch.empty(0, dtype=torch.int64, device="neuron")
+    got.append(torch.arange(0, 5, out=out))  # the fast path's out= kernel: the first signature
+    metrics = torch_neuronx.metrics()
+    assert metrics["kernels"]["per_op"] == {
+        "aten::arange.start_out": {"calls": 4, "signatures": 2, "misses": 2}}
+    assert metrics["compilation_cache"]["total_compilations"] == 2
+    expected = [torch.arange(10), torch.arange(2, 12), torch.arange(0.0, 1.0, 0.25), torch.arange(0, 5)]
+    for g, e in zip(got, expected):
+        assert g.device.type == "neuron" and g.dtype == e.dtype and g.cpu().equal(e)
+
+
+def test_arange_out_of_the_int32_range_in_strict_mode_raises_and_charges_nothing():
+    before = torch_neuronx.get_64bit_mode()
+    torch_neuronx.set_64bit_mode("strict")
+    try:
+        base = torch.neuron.memory_allocated()
+        with pytest.raises(RuntimeError, match="does not fit in int32"):
+            torch.arange(2**31, 2**31 + 3, device="neuron")
+        assert torch.neuron.memory_allocated() == base
+    finally:
+        torch_neuronx.set_64bit_mode(before)
+
+
+@pytest.mark.parametrize("position", [0, 63, 64, 130, 191, 192, 199])
+@pytest.mark.parametrize("value", [2**31, -(2**31) - 1])
+def test_the_int64_scan_finds_a_value_out_of_the_int32_range_anywhere(position, value):
+    """int64 values are scanned in fixed blocks (Narrowing.cpp): a value that does not fit is
+    found in any block and in the tail; the int32 extremes fit."""
+    fits = torch.full((200,), 2**31 - 1, dtype=torch.int64)
+    fits[::2] = -(2**31)
+    before = torch_neuronx.get_64bit_mode()
+    torch_neuronx.set_64bit_mode("strict")
+    try:
+        assert torch.equal(fits.to("neuron").cpu(), fits)
+        bad = fits.clone()
+        bad[position] = value
+        with pytest.raises(RuntimeError, match="does not fit in int32"):
+            bad.to("neuron")
+    finally:
+        torch_neuronx.set_64bit_mode(before)
+
+
 def _interleaved_results(device: str) -> list[torch.Tensor]:
     """Fast-path ops whose arguments change dtype, shape, offset, strides and sign bit from one
     call to the next, so a recycled alias must be re-pointed completely every time."""

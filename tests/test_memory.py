@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -28,6 +29,56 @@ def test_allocation_is_charged_to_its_core_and_released():
     assert torch.neuron.max_memory_allocated(dev) - base == 6 * MiB
     torch.neuron.reset_peak_memory_stats(dev)
     assert torch.neuron.max_memory_allocated(dev) == base
+
+
+def test_concurrent_threads_give_the_exact_peak_and_counts():
+    """Charges and releases take no lock (runtime/AllocatorStats.cpp): four threads allocate
+    and free on one core at once. At a barrier every thread holds all of its tensors, and no
+    thread holds more at any other moment, so the peak is exactly their sum; afterwards the live
+    bytes are back, and the cumulative counts of the finished threads are all there."""
+    dev = torch.device("neuron:1")
+    threads, held, churn = 4, 8, 200
+    size = 64 * 64 * 4  # one float32 64x64 result: the small pool
+    a = torch.ones(64, 64, device=dev)
+    b = torch.ones(64, 64, device=dev)
+    torch.neuron.reset_peak_memory_stats(dev)
+    torch.neuron.reset_accumulated_memory_stats(dev)
+    before = torch.neuron.memory_stats(dev)
+    base, small, blocks = (before[f"{key}.current"] for key in (
+        "allocated_bytes.all", "allocated_bytes.small_pool", "allocation.all"))
+    barrier = threading.Barrier(threads)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(churn):  # one result alive at a time
+                c = a + b
+                del c
+            kept = [a * b for _ in range(held)]
+            barrier.wait()
+            del kept
+            for _ in range(churn):
+                c = a - b
+                del c
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors
+    stats = torch.neuron.memory_stats(dev)
+    charges = threads * (held + 2 * churn)
+    assert stats["allocated_bytes.all.peak"] == base + threads * held * size
+    assert stats["allocated_bytes.small_pool.peak"] == small + threads * held * size
+    assert stats["allocation.all.peak"] == blocks + threads * held
+    assert stats["allocated_bytes.all.current"] == base
+    assert stats["allocation.all.current"] == blocks
+    assert stats["allocation.all.allocated"] == stats["allocation.all.freed"] == charges
+    assert stats["allocated_bytes.all.allocated"] == stats["allocated_bytes.all.freed"] == charges * size
+    assert stats["num_device_alloc"] == stats["num_device_free"] == charges
 
 
 def test_views_and_cpu_aliases_cost_nothing():

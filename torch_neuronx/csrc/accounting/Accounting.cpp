@@ -8,6 +8,7 @@
 // counters.
 #include "accounting/Accounting.h"
 #include "runtime/Fork.h"
+#include "runtime/PerThread.h"
 
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
@@ -70,7 +71,6 @@ struct RepeatCache {
     return slots[key % kSlots];
   }
 };
-thread_local RepeatCache t_repeats;
 
 // A forked child keeps what its parent compiled (the real product's
 // in-memory NEFF cache is copied too), but not a lock another thread held.
@@ -198,7 +198,9 @@ void account_signature(
   uint64_t repeat_key = args_hash;
   mix(repeat_key, reinterpret_cast<uintptr_t>(&schema));
   repeat_key |= 1; // 0 marks an empty slot
-  auto& cached = t_repeats.slot(repeat_key);
+  RepeatCache* repeats = PerThread<RepeatCache>::get();
+  std::pair<uint64_t, SignatureCounts*> uncached{0, nullptr}; // a thread that is ending
+  auto& cached = repeats != nullptr ? repeats->slot(repeat_key) : uncached;
   if (cached.first == repeat_key) {
     cached.second->calls.fetch_add(1, std::memory_order_relaxed);
     cached.second->op->calls.fetch_add(1, std::memory_order_relaxed);

@@ -1,6 +1,7 @@
 // The eager kernel key: hashing one call's arguments (see KernelKey.h).
 #include "accounting/KernelKey.h"
 #include "runtime/Fork.h"
+#include "runtime/PerThread.h"
 
 #include <array>
 #include <atomic>
@@ -85,7 +86,6 @@ struct MaskCache {
   };
   std::array<Slot, 512> slots{};
 };
-thread_local MaskCache t_masks;
 
 } // namespace
 
@@ -94,17 +94,20 @@ void KeyBuilder::tensor(const at::Tensor& t, bool is_out) {
     mix(hash_, kUndefinedTensor);
     return;
   }
-  mix(hash_, static_cast<uint64_t>(t.scalar_type()));
-  mix(hash_, static_cast<uint64_t>(t.dim()));
-  for (auto s : t.sizes()) {
+  // One read of each field, on every call of every kernel.
+  const c10::TensorImpl& impl = *t.unsafeGetTensorImpl();
+  const c10::IntArrayRef sizes = impl.sizes();
+  mix(hash_, static_cast<uint64_t>(impl.dtype().toScalarType()));
+  mix(hash_, static_cast<uint64_t>(sizes.size()));
+  for (auto s : sizes) {
     mix(hash_, static_cast<uint64_t>(s));
   }
   if (is_out) {
     return;
   }
-  if (t.numel() == 0) {
+  if (impl.numel() == 0) {
     has_empty_ = true;
-  } else if (!t.is_contiguous()) {
+  } else if (!impl.is_contiguous()) {
     non_contiguous_.push_back(&t);
   }
 }
@@ -174,7 +177,11 @@ void KeyBuilder::value(const c10::IValue& v, bool is_static, bool is_out) {
 
 ArgumentMasks argument_masks(const c10::FunctionSchema& schema) {
   const uint64_t generation = g_rows_generation.load(std::memory_order_acquire);
-  auto& slot = t_masks.slots[(reinterpret_cast<uintptr_t>(&schema) >> 4) % t_masks.slots.size()];
+  MaskCache* cache = PerThread<MaskCache>::get();
+  if (cache == nullptr) {
+    return compute_masks(schema);
+  }
+  auto& slot = cache->slots[(reinterpret_cast<uintptr_t>(&schema) >> 4) % cache->slots.size()];
   if (slot.schema != &schema || slot.generation != generation) {
     slot = {&schema, generation, compute_masks(schema)};
   }

@@ -20,6 +20,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", native::empty_memory_format);
   m.impl("empty_strided", native::empty_strided);
   m.impl("scalar_tensor", native::scalar_tensor);
+  m.impl("arange", native::arange_end);
+  m.impl("arange.start", native::arange_start);
+  m.impl("arange.start_step", native::arange);
   m.impl("resize_", native::resize_);
   m.impl("set_.source_Storage_storage_offset", native::set_storage);
   m.impl("set_.source_Storage", at::native::set_);

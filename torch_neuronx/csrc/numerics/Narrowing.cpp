@@ -4,6 +4,7 @@
 // kernel (aten/native/Call.cpp) and after host-to-device copies; a value that
 // changes in 32 bits is narrowed (warn once) or raises (strict).
 #include "numerics/Narrowing.h"
+#include "runtime/PerThread.h"
 
 #include <atomic>
 #include <cmath>
@@ -16,20 +17,36 @@ std::atomic<int> g_narrowing{0};
 // Formatting a tensor for print() computes float64 temporaries on the device;
 // narrowing them would warn about values the user never had. Python suspends
 // narrowing on the printing thread only (numerics/tensor_print.py).
-thread_local int t_narrowing_suspended = 0;
+thread_local int t_narrowing_suspended TORCH_NEURONX_FAST_TLS = 0;
 
 // Whether any value of a contiguous int64/float64 tensor changes when kept
 // in 32 bits (NaN stays NaN, infinities stay infinite).
 bool changes_in_32_bits(const at::Tensor& t) {
   const int64_t n = t.numel();
   if (t.scalar_type() == at::kLong) {
-    const int64_t* values = t.const_data_ptr<int64_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      if (values[i] != static_cast<int32_t>(values[i])) {
+    // A value fits when adding 2**31 leaves the high half zero. Or-ing those
+    // halves has no branch, and blocks of a fixed length let the compiler
+    // vectorize it (int64 results are scanned after every kernel: arange,
+    // argmax, cumsum...); a value that does not fit still ends the scan at
+    // the end of its block.
+    const auto* values = reinterpret_cast<const uint64_t*>(t.const_data_ptr<int64_t>());
+    auto high_half = [](uint64_t v) { return (v + (uint64_t{1} << 31)) >> 32; };
+    constexpr int64_t kBlock = 64;
+    int64_t i = 0;
+    for (; i + kBlock <= n; i += kBlock) {
+      uint64_t high = 0;
+      for (int64_t j = 0; j < kBlock; ++j) {
+        high |= high_half(values[i + j]);
+      }
+      if (high != 0) {
         return true;
       }
     }
-    return false;
+    uint64_t high = 0;
+    for (; i < n; ++i) {
+      high |= high_half(values[i]);
+    }
+    return high != 0;
   }
   const double* values = t.const_data_ptr<double>();
   for (int64_t i = 0; i < n; ++i) {

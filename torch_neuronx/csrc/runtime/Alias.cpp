@@ -7,6 +7,7 @@
 #include "runtime/Alias.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
+#include "runtime/PerThread.h"
 
 #include <c10/core/CPUAllocator.h>
 
@@ -45,14 +46,14 @@ at::Tensor cpu_view(const at::Tensor& t, c10::DataPtr data) {
 class AliasPool {
  public:
   at::Tensor acquire(const at::Tensor& t) {
-    const c10::StorageImpl* neuron = t.storage().unsafeGetStorageImpl();
-    const size_t home = (reinterpret_cast<uintptr_t>(neuron) >> 4) % kShells;
+    const c10::Storage& neuron = t.storage();
+    const size_t home = (reinterpret_cast<uintptr_t>(neuron.unsafeGetStorageImpl()) >> 4) % kShells;
     for (size_t k = 0; k < kShells; ++k) {
       at::Tensor& shell = shells_[(home + k) % kShells];
       if (!shell.defined()) {
         shell = unowned_cpu_alias(t);
-      } else if (shell.use_count() == 1 && shell.storage().use_count() == 1) {
-        repoint(shell, t);
+      } else if (shell.use_count() == 1 && storage_of(shell).use_count() == 1) {
+        repoint(shell, t, neuron);
       } else {
         continue; // in use by a call still running (nested or listed twice)
       }
@@ -64,10 +65,33 @@ class AliasPool {
  private:
   static constexpr size_t kShells = 32;
 
-  static void repoint(at::Tensor& shell, const at::Tensor& t) {
+  // A shell is a plain CPU tensor we made: its storage needs no virtual call.
+  static const c10::Storage& storage_of(const at::Tensor& shell) {
+    return shell.unsafeGetTensorImpl()->unsafe_storage();
+  }
+
+  // Sizes, strides and offset; a tensor used again (weights, a loop's
+  // operands) usually has the layout its shell last had.
+  static bool same_layout(const c10::TensorImpl& a, const c10::TensorImpl& b) {
+    const auto sizes = a.sizes();
+    const auto other_sizes = b.sizes();
+    if (sizes.size() != other_sizes.size() || a.storage_offset() != b.storage_offset()) {
+      return false;
+    }
+    const auto strides = a.strides();
+    const auto other_strides = b.strides();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (sizes[i] != other_sizes[i] || strides[i] != other_strides[i]) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  static void repoint(at::Tensor& shell, const at::Tensor& t, const c10::Storage& neuron) {
     auto* impl = shell.unsafeGetTensorImpl();
-    const c10::Storage& neuron = t.storage();
-    auto* storage = shell.storage().unsafeGetStorageImpl();
+    const auto* source = t.unsafeGetTensorImpl();
+    auto* storage = storage_of(shell).unsafeGetStorageImpl();
     // A kernel that grew an out= argument left its own CPU memory here (never
     // at the neuron bytes' address); the non-owning pointer replacing it
     // frees that.
@@ -78,24 +102,22 @@ class AliasPool {
     if (storage->nbytes() != neuron.nbytes()) {
       storage->set_nbytes(neuron.nbytes());
     }
-    if (impl->dtype() != t.dtype()) {
-      impl->set_storage_and_dtype(shell.storage(), t.dtype());
+    if (impl->dtype() != source->dtype()) {
+      impl->set_storage_and_dtype(storage_of(shell), source->dtype());
     }
-    if (impl->sizes() != t.sizes() || impl->strides() != t.strides() ||
-        impl->storage_offset() != t.storage_offset()) {
-      impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    if (!same_layout(*impl, *source)) {
+      impl->set_sizes_and_strides(source->sizes(), source->strides(), source->storage_offset());
     }
-    if (shell.is_conj() != t.is_conj()) {
-      shell._set_conj(t.is_conj());
+    if (impl->is_conj() != source->is_conj()) {
+      impl->_set_conj(source->is_conj());
     }
-    if (shell.is_neg() != t.is_neg()) {
-      shell._set_neg(t.is_neg());
+    if (impl->is_neg() != source->is_neg()) {
+      impl->_set_neg(source->is_neg());
     }
   }
 
   std::array<at::Tensor, kShells> shells_;
 };
-thread_local AliasPool t_alias_pool;
 
 } // namespace
 
@@ -121,7 +143,8 @@ at::Tensor unowned_cpu_alias(const at::Tensor& t) {
 }
 
 at::Tensor call_cpu_alias(const at::Tensor& t) {
-  return t_alias_pool.acquire(t);
+  AliasPool* pool = PerThread<AliasPool>::get();
+  return pool != nullptr ? pool->acquire(t) : unowned_cpu_alias(t);
 }
 
 at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index) {
@@ -145,16 +168,17 @@ at::Tensor adopt_cpu_result(const at::Tensor& cpu, c10::DeviceIndex index) {
   // Only a plain dense CPU tensor that nobody else can observe changes device
   // in place; anything else (shared, a wrapped number, extra dispatch keys
   // such as Python, conj or neg) is adopted through new objects.
-  const bool sole = impl != nullptr && cpu.use_count() == 1 && cpu.storage().use_count() == 1 &&
+  const bool sole = impl != nullptr && cpu.use_count() == 1 &&
       impl->device_type() == c10::DeviceType::CPU && impl->layout() == c10::kStrided &&
       !impl->is_wrapped_number() && !impl->is_conj() && !impl->is_neg() &&
       !impl->_is_zerotensor() && !impl->key_set().has(c10::DispatchKey::Python) &&
       !impl->has_symbolic_sizes_strides() && impl->allow_tensor_metadata_change();
-  if (!sole) {
+  const c10::Storage* storage = sole ? &impl->storage() : nullptr;
+  if (storage == nullptr || storage->use_count() != 1) {
     return adopt_cpu_tensor(cpu, index);
   }
-  adopt_cpu_storage_in_place(*cpu.storage().unsafeGetStorageImpl(), index);
-  impl->set_storage_keep_dtype(cpu.storage()); // the tensor's device follows its storage
+  adopt_cpu_storage_in_place(*storage->unsafeGetStorageImpl(), index);
+  impl->set_storage_keep_dtype(*storage); // the tensor's device follows its storage
   impl->_change_backend_component_keys(c10::Device(kNeuron, index));
   return cpu;
 }

@@ -6,6 +6,7 @@
 // loading weights does not race with the main thread.
 #include "runtime/Device.h"
 #include "runtime/Fork.h"
+#include "runtime/PerThread.h"
 
 #include <atomic>
 #include <mutex>
@@ -14,7 +15,7 @@ namespace torch_neuronx {
 namespace {
 std::atomic<int> g_device_count{0};
 std::atomic<int> g_default_device{0};
-thread_local int t_current_device = -1;
+thread_local int t_current_device TORCH_NEURONX_FAST_TLS = -1;
 std::atomic<bool> g_initialized{false};
 std::mutex g_init_error_mutex;
 std::string g_init_error;

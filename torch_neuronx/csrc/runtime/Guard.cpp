@@ -6,6 +6,7 @@
 // several and switches between them), and events record host timestamps so
 // Event.elapsed_time measures real elapsed time.
 #include "runtime/Device.h"
+#include "runtime/PerThread.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -23,7 +24,17 @@ struct EventRecord {
 };
 
 constexpr int kMaxDevices = 128;
-thread_local std::array<c10::StreamId, kMaxDevices> t_current_stream{};
+// Each thread's current stream per core. Behind a pointer (PerThread.h): this
+// library's thread-locals must stay small.
+struct CurrentStreams {
+  std::array<c10::StreamId, kMaxDevices> ids{};
+};
+// The slot of `index` on this thread; a thread that is ending has only the default stream.
+c10::StreamId& current_stream_slot(size_t index) {
+  static thread_local c10::StreamId ending = 0;
+  CurrentStreams* streams = PerThread<CurrentStreams>::get();
+  return streams != nullptr ? streams->ids.at(index) : (ending = 0);
+}
 std::atomic<c10::StreamId> g_next_stream_id{1};
 
 class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
@@ -55,7 +66,7 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   c10::Stream getStream(c10::Device device) const override {
-    return make_stream(device, t_current_stream.at(index_of(device)));
+    return make_stream(device, current_stream_slot(index_of(device)));
   }
 
   c10::Stream getDefaultStream(c10::Device device) const override {
@@ -71,7 +82,7 @@ class NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   c10::Stream exchangeStream(c10::Stream stream) const override {
-    auto& slot = t_current_stream.at(index_of(stream.device()));
+    auto& slot = current_stream_slot(index_of(stream.device()));
     const auto previous = make_stream(stream.device(), slot);
     slot = stream.id();
     return previous;

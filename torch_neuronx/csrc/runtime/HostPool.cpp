@@ -18,6 +18,7 @@
 // (allocated == reserved) does not change.
 #include "runtime/HostPool.h"
 #include "runtime/Fork.h"
+#include "runtime/PerThread.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -169,7 +170,7 @@ void release_raw(void* data) {
   }
 }
 
-thread_local int t_scope_depth = 0;
+thread_local int t_scope_depth TORCH_NEURONX_FAST_TLS = 0;
 
 // The process's CPU allocator: the pool inside a HostPoolScope for large
 // requests, PyTorch's default allocator for everything else. Data and context

@@ -39,7 +39,8 @@ void CallState::note_other(const at::Tensor& t) {
 at::Tensor CallState::alias(const at::Tensor& t, bool is_write) {
   note_device(t.device());
   at::Tensor a = aten_kernel_ ? call_cpu_alias(t) : cpu_alias(t);
-  auto* storage = a.storage().unsafeGetStorageImpl();
+  // An alias is a plain CPU tensor made here: its storage needs no virtual call.
+  auto* storage = a.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
   by_tensor_.emplace_back(a.unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
   by_storage_.emplace_back(storage, t.unsafeGetTensorImpl());
   if (is_write) {
@@ -66,7 +67,7 @@ at::Tensor CallState::to_neuron(const at::Tensor& out) {
   if (!out.defined()) {
     return out;
   }
-  const auto index = device_.value_or(current_device());
+  const auto index = device_ ? *device_ : current_device();
   if (out._is_zerotensor()) {
     // Autograd's efficient zero tensors (e.g. the gradient of sign/round)
     // have no memory behind their shape: give the device real zeros.
@@ -79,7 +80,8 @@ at::Tensor CallState::to_neuron(const at::Tensor& out) {
       return retain(original);
     }
   }
-  auto* storage = out.storage().unsafeGetStorageImpl();
+  const c10::Storage& out_storage = out.storage();
+  auto* storage = out_storage.unsafeGetStorageImpl();
   const c10::Storage* base = nullptr;
   for (auto& [alias_storage, original] : by_storage_) {
     if (alias_storage == storage) {
@@ -90,7 +92,7 @@ at::Tensor CallState::to_neuron(const at::Tensor& out) {
   if (base == nullptr) {
     for (auto& [adopted_storage, neuron] : adopted_) {
       if (adopted_storage == storage) {
-        base = &neuron.storage();
+        base = &neuron->storage();
         break;
       }
     }
@@ -105,7 +107,7 @@ at::Tensor CallState::to_neuron(const at::Tensor& out) {
     return view;
   }
   at::Tensor result;
-  if (out.storage().use_count() > 1) {
+  if (out_storage.use_count() > 1) {
     // Memory the kernel shares with something else: copy, never steal.
     c10::DeviceGuard guard(c10::Device(kNeuron, index));
     result = at::empty_strided(out.sizes(), out.strides(),
@@ -113,7 +115,7 @@ at::Tensor CallState::to_neuron(const at::Tensor& out) {
     cpu_alias(result).copy_(out);
   } else {
     result = aten_kernel_ ? adopt_cpu_result(out, index) : adopt_cpu_tensor(out, index);
-    adopted_.emplace_back(storage, result);
+    adopted_.emplace_back(storage, result.unsafeGetTensorImpl());
   }
   if (needs_narrowing(result.dtype())) {
     narrow_64bit_inplace(cpu_alias(result));

@@ -48,7 +48,8 @@ class CallState {
   // In strict 64-bit mode a value out of range raises with every written
   // argument as it was before the call.
   void sync_written_args();
-  // Map one returned CPU tensor back to the device.
+  // Map one returned CPU tensor back to the device. The caller keeps the
+  // result alive until every result of the call is mapped.
   at::Tensor to_neuron(const at::Tensor& out);
 
  private:
@@ -73,7 +74,8 @@ class CallState {
   c10::SmallVector<WrittenArg, 2> written_;
   // Results already adopted, so a second result viewing the same fresh memory
   // (e.g. a tuple of views of one buffer) becomes a view, not a second owner.
-  c10::SmallVector<std::pair<c10::StorageImpl*, at::Tensor>, 2> adopted_;
+  // Unowned: the caller holds every mapped result until the call returns.
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::TensorImpl*>, 2> adopted_;
 };
 
 } // namespace torch_neuronx

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace torch_neuronx::native {
@@ -82,120 +83,153 @@ void key_arg(KeyBuilder& key, const T& value, bool is_static, bool is_out) {
 
 // ---- one call: argument slots and result mapping ---------------------------
 
-// The caller's arguments, mapped to what the CPU kernel sees. Arguments are
-// mapped strictly left to right (braced initialisation), so `next_` is the
-// position of the argument being mapped.
-template <size_t N>
-class Call {
- public:
-  explicit Call(const std::array<bool, N>& written) : written_(written) {}
+// What one argument keeps while the kernel runs, chosen by its C++ type: the
+// CPU alias of a neuron tensor, the aliases of a list, nothing for a scalar
+// (so a call builds and tears down only what its own arguments need).
+template <class T>
+struct Slot {
+  template <class U>
+  static U&& map(CallState&, U&& value, bool) {
+    return std::forward<U>(value);
+  }
+};
 
-  CallState state{/*aten_kernel=*/true};
-
-  const at::Tensor& map(const at::Tensor& t) {
-    const size_t i = next_++;
+template <>
+struct Slot<const at::Tensor&> {
+  at::Tensor alias;
+  const at::Tensor& map(CallState& state, const at::Tensor& t, bool written) {
     if (!is_neuron(t)) {
       state.note_other(t);
       return t;
     }
-    tensors_[i] = state.alias(t, written_[i]);
-    return tensors_[i];
+    alias = state.alias(t, written);
+    return alias;
   }
+};
 
-  // Mutable arguments (in-place `self`): the result is this same tensor.
-  at::Tensor& map(at::Tensor& t) {
-    const size_t i = next_++;
+// Mutable arguments (in-place `self`, out=): the result is this same tensor.
+template <>
+struct Slot<at::Tensor&> {
+  at::Tensor alias;
+  at::Tensor* original = nullptr;
+  at::Tensor& map(CallState& state, at::Tensor& t, bool) {
     if (!is_neuron(t)) {
       state.note_other(t);
       return t;
     }
-    tensors_[i] = state.alias(t, /*is_write=*/true);
-    originals_[i] = &t;
-    return tensors_[i];
+    alias = state.alias(t, /*is_write=*/true);
+    original = &t;
+    return alias;
   }
+};
 
-  const std::optional<at::Tensor>& map(const std::optional<at::Tensor>& t) {
-    const size_t i = next_++;
+template <>
+struct Slot<const std::optional<at::Tensor>&> {
+  std::optional<at::Tensor> alias;
+  const std::optional<at::Tensor>& map(
+      CallState& state, const std::optional<at::Tensor>& t, bool written) {
     if (!t.has_value() || !is_neuron(*t)) {
       if (t.has_value()) {
         state.note_other(*t);
       }
       return t;
     }
-    optionals_[i] = state.alias(*t, written_[i]);
-    return optionals_[i];
+    alias = state.alias(*t, written);
+    return alias;
   }
+};
 
-  at::TensorList map(at::TensorList list) {
-    const size_t i = next_++;
-    return lists_[i] = map_list(list, written_[i]);
+template <class List>
+std::vector<at::Tensor> map_list(CallState& state, const List& list, bool written) {
+  std::vector<at::Tensor> out;
+  out.reserve(list.size());
+  for (const at::Tensor& t : list) {
+    if (is_neuron(t)) {
+      out.push_back(state.alias(t, written));
+    } else {
+      state.note_other(t);
+      out.push_back(t);
+    }
   }
+  return out;
+}
 
-  const at::ITensorListRef& map(const at::ITensorListRef& list) {
-    const size_t i = next_++;
-    lists_[i] = map_list(list, written_[i]);
-    list_refs_[i].emplace(lists_[i]);
-    return *list_refs_[i];
+template <>
+struct Slot<at::TensorList> {
+  std::vector<at::Tensor> aliases;
+  at::TensorList map(CallState& state, at::TensorList list, bool written) {
+    aliases = map_list(state, list, written);
+    return aliases;
   }
+};
 
-  // Index lists (index.Tensor, index_put_): CPU index tensors are allowed
-  // beside neuron ones, as in the fallback and on CUDA.
+template <>
+struct Slot<const at::ITensorListRef&> {
+  std::vector<at::Tensor> aliases;
+  std::optional<at::ITensorListRef> ref;
+  const at::ITensorListRef& map(CallState& state, const at::ITensorListRef& list, bool written) {
+    aliases = map_list(state, list, written);
+    return ref.emplace(aliases);
+  }
+};
+
+// Index lists (index.Tensor, index_put_): CPU index tensors are allowed
+// beside neuron ones, as in the fallback and on CUDA.
+template <>
+struct Slot<const c10::List<std::optional<at::Tensor>>&> {
+  std::optional<c10::List<std::optional<at::Tensor>>> aliases;
   const c10::List<std::optional<at::Tensor>>& map(
-      const c10::List<std::optional<at::Tensor>>& list) {
-    const size_t i = next_++;
+      CallState& state, const c10::List<std::optional<at::Tensor>>& list, bool written) {
     c10::List<std::optional<at::Tensor>> out;
     out.reserve(list.size());
     for (size_t j = 0; j < list.size(); ++j) {
       std::optional<at::Tensor> t = list.get(j);
       if (t.has_value() && t->defined() && is_neuron(*t)) {
-        out.push_back(state.alias(*t, written_[i]));
+        out.push_back(state.alias(*t, written));
       } else {
         out.push_back(std::move(t));
       }
     }
-    return index_lists_[i].emplace(std::move(out));
+    return aliases.emplace(std::move(out));
   }
+};
 
-  template <class T>
-  T&& map(T&& value) {
-    ++next_;
-    return std::forward<T>(value);
+// The caller's arguments, mapped to what the CPU kernel sees, one slot each.
+// The caller maps them strictly left to right (braced initialisation).
+template <class... Args>
+class Call {
+ public:
+  static constexpr size_t N = sizeof...(Args);
+  explicit Call(const std::array<bool, N>& written) : written_(written) {}
+
+  CallState state{/*aten_kernel=*/true};
+
+  template <size_t I, class T>
+  decltype(auto) map(T&& value) {
+    return std::get<I>(slots_).map(state, std::forward<T>(value), written_[I]);
   }
 
   // The caller's tensor behind an in-place result.
   at::Tensor& original_of(const at::Tensor& result) {
-    for (size_t i = 0; i < N; ++i) {
-      if (originals_[i] != nullptr && tensors_[i].is_same(result)) {
-        return *originals_[i];
-      }
-    }
-    TORCH_INTERNAL_ASSERT(false, "neuron fast path: in-place result is not a mutable argument");
+    at::Tensor* found = nullptr;
+    std::apply([&](auto&... slot) { ((found = found ? found : original(slot, result)), ...); },
+               slots_);
+    TORCH_INTERNAL_ASSERT(found != nullptr,
+                          "neuron fast path: in-place result is not a mutable argument");
+    return *found;
   }
 
  private:
-  template <class List>
-  std::vector<at::Tensor> map_list(const List& list, bool is_write) {
-    std::vector<at::Tensor> out;
-    out.reserve(list.size());
-    for (const at::Tensor& t : list) {
-      if (is_neuron(t)) {
-        out.push_back(state.alias(t, is_write));
-      } else {
-        state.note_other(t);
-        out.push_back(t);
-      }
-    }
-    return out;
+  template <class S>
+  static at::Tensor* original(S&, const at::Tensor&) {
+    return nullptr;
+  }
+  static at::Tensor* original(Slot<at::Tensor&>& slot, const at::Tensor& result) {
+    return slot.original != nullptr && slot.alias.is_same(result) ? slot.original : nullptr;
   }
 
   const std::array<bool, N>& written_;
-  size_t next_ = 0;
-  std::array<at::Tensor, N> tensors_;
-  std::array<at::Tensor*, N> originals_{};
-  std::array<std::optional<at::Tensor>, N> optionals_;
-  std::array<std::vector<at::Tensor>, N> lists_;
-  std::array<std::optional<at::ITensorListRef>, N> list_refs_;
-  std::array<std::optional<c10::List<std::optional<at::Tensor>>>, N> index_lists_;
+  std::tuple<Slot<Args>...> slots_;
 };
 
 // How each kind of result comes back to the device; a registered op with any
@@ -205,24 +239,24 @@ struct ResultMapper;
 
 template <>
 struct ResultMapper<at::Tensor> {
-  template <size_t N>
-  static at::Tensor map(Call<N>& call, at::Tensor&& r) {
+  template <class C>
+  static at::Tensor map(C& call, at::Tensor&& r) {
     return call.state.to_neuron(r);
   }
 };
 
 template <>
 struct ResultMapper<at::Tensor&> {
-  template <size_t N>
-  static at::Tensor& map(Call<N>& call, at::Tensor& r) {
+  template <class C>
+  static at::Tensor& map(C& call, at::Tensor& r) {
     return call.original_of(r);
   }
 };
 
 template <>
 struct ResultMapper<std::vector<at::Tensor>> {
-  template <size_t N>
-  static std::vector<at::Tensor> map(Call<N>& call, std::vector<at::Tensor>&& r) {
+  template <class C>
+  static std::vector<at::Tensor> map(C& call, std::vector<at::Tensor>&& r) {
     for (auto& t : r) {
       t = call.state.to_neuron(t);
     }
@@ -233,8 +267,8 @@ struct ResultMapper<std::vector<at::Tensor>> {
 template <class... Ts>
 struct ResultMapper<std::tuple<Ts...>> {
   static_assert((std::is_same_v<Ts, at::Tensor> && ...), "tuples of tensors only");
-  template <size_t N>
-  static std::tuple<Ts...> map(Call<N>& call, std::tuple<Ts...>&& r) {
+  template <class C>
+  static std::tuple<Ts...> map(C& call, std::tuple<Ts...>&& r) {
     return std::apply(
         [&](auto&... t) { return std::tuple<Ts...>(call.state.to_neuron(t)...); }, r);
   }
@@ -275,19 +309,25 @@ struct FastKernel<Op, Ret(Args...)> {
       return;
     }
     static_assert(N <= 64, "argument masks cover 64 arguments");
-    const ArgumentMasks masks = argument_masks(handle().schema());
+    const c10::OperatorHandle& op = handle();
+    const ArgumentMasks masks = argument_masks(op.schema());
     KeyBuilder key;
     size_t i = 0;
     // Left to right (a fold over the comma operator), as the boxed key.
     ((key_arg(key, args, ((masks.is_static >> i) & 1) != 0, ((masks.is_out >> i) & 1) != 0),
       ++i),
      ...);
-    account_call(handle(), key, [&] { return c10::impl::boxArgs<Args...>(args...); });
+    account_call(op, key, [&] { return c10::impl::boxArgs<Args...>(args...); });
   }
 
   static Ret call(Args... args) {
-    Call<N> call(written());
-    std::tuple<Args...> mapped{call.map(args)...};
+    return call_mapped(std::index_sequence_for<Args...>{}, args...);
+  }
+
+  template <size_t... I>
+  static Ret call_mapped(std::index_sequence<I...>, Args... args) {
+    Call<Args...> call(written());
+    std::tuple<Args...> mapped{call.template map<I>(args)...};
     call.state.check_devices(handle().operator_name());
     account(args...);
     auto run = [](auto&... a) -> Ret {

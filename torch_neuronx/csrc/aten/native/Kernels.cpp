@@ -15,6 +15,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/arange_cpu_dispatch.h>
 #include <ATen/ops/resize_native.h>
 #include <ATen/ops/set_native.h>
 
@@ -27,6 +28,18 @@ c10::DeviceIndex index_of(std::optional<c10::Device> device) {
     return device->index();
   }
   return current_device();
+}
+
+// An int64 arange is monotonic: every value fits in int32 when both ends do,
+// which spares scanning it (the decode loop builds ~20 per token).
+bool ends_fit_in_int32(const at::Tensor& range) {
+  const int64_t n = range.numel();
+  if (n == 0) {
+    return true;
+  }
+  const int64_t* values = range.const_data_ptr<int64_t>();
+  auto fits = [](int64_t v) { return v == static_cast<int32_t>(v); };
+  return fits(values[0]) && fits(values[n - 1]);
 }
 
 } // namespace
@@ -86,6 +99,60 @@ at::Tensor scalar_tensor(
   at::Tensor t = adopt_cpu_result(value, index_of(device));
   Fill::account(t, s);
   return t;
+}
+
+// PyTorch's composite torch.arange is empty({0}) on the device, then the
+// arange.start_out kernel, which grows that empty tensor: a device
+// allocation, an alias and a storage swap for nothing. The real product runs
+// that same out= kernel, so it is accounted exactly as that call would be
+// (the out= argument keyed as the empty placeholder); the values are computed
+// on the host and the memory adopted, charged once, as the grown tensor's.
+at::Tensor arange(
+    const c10::Scalar& start,
+    const c10::Scalar& end,
+    const c10::Scalar& step,
+    std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout,
+    std::optional<c10::Device> device,
+    std::optional<bool> pin_memory) {
+  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
+              "neuron tensors support only the strided layout, got ", *layout);
+  // The composite's dtype rule: integral arguments and no dtype give int64.
+  const bool integral = !dtype.has_value() && start.isIntegral(true) && end.isIntegral(true) &&
+      step.isIntegral(true);
+  const auto type = integral ? at::kLong : c10::dtype_or_default(dtype);
+  const auto index = index_of(device);
+  at::Tensor out = at::detail::empty_cpu({0}, type, std::nullopt, std::nullopt, std::nullopt,
+                                         std::nullopt);
+  FastKernel<at::_ops::arange_start_out>::account(start, end, step, out);
+  {
+    HostPoolScope scope;
+    at::cpu::arange_out(out, start, end, step);
+  }
+  if ((type == at::kLong || type == at::kDouble) && narrowing_mode() != 0 &&
+      !(type == at::kLong && ends_fit_in_int32(out))) {
+    narrow_64bit_inplace(out); // strict mode raises here, before anything is charged
+  }
+  return adopt_cpu_result(out, index);
+}
+
+at::Tensor arange_end(
+    const c10::Scalar& end,
+    std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout,
+    std::optional<c10::Device> device,
+    std::optional<bool> pin_memory) {
+  return arange(0, end, 1, dtype, layout, device, pin_memory);
+}
+
+at::Tensor arange_start(
+    const c10::Scalar& start,
+    const c10::Scalar& end,
+    std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout,
+    std::optional<c10::Device> device,
+    std::optional<bool> pin_memory) {
+  return arange(start, end, 1, dtype, layout, device, pin_memory);
 }
 
 const at::Tensor& resize_(

@@ -24,6 +24,19 @@ at::Tensor scalar_tensor(
     const c10::Scalar& s, std::optional<c10::ScalarType> dtype,
     std::optional<c10::Layout> layout, std::optional<c10::Device> device,
     std::optional<bool> pin_memory);
+// torch.arange: the three overloads PyTorch's composite kernel covers.
+at::Tensor arange(
+    const c10::Scalar& start, const c10::Scalar& end, const c10::Scalar& step,
+    std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+    std::optional<c10::Device> device, std::optional<bool> pin_memory);
+at::Tensor arange_start(
+    const c10::Scalar& start, const c10::Scalar& end, std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+    std::optional<bool> pin_memory);
+at::Tensor arange_end(
+    const c10::Scalar& end, std::optional<c10::ScalarType> dtype,
+    std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+    std::optional<bool> pin_memory);
 const at::Tensor& resize_(
     const at::Tensor& self, c10::SymIntArrayRef size,
     std::optional<c10::MemoryFormat> memory_format);
