@@ -13,9 +13,10 @@ The device decides in PyTorch's dispatcher (``csrc/aten/README.md``), first matc
    ``index_select``, ``slice_backward`` a ``zero_`` and a copy, ``t`` an ``as_strided``;
 3. otherwise the boxed fallback's catch-all: a kernel.
 
-No table here repeats the C++ lists: this module asks the live dispatcher and ``_C``. One native
-kernel is followed as its composite: ``scalar_tensor`` writes its number on the host but accounts
-the ``fill_`` its composite would launch (``csrc/aten/native/Kernels.cpp``).
+No table here repeats the C++ lists but one: this module asks the live dispatcher and ``_C``. Two native
+kernels are followed as their composites: ``scalar_tensor`` and ``arange`` write their values on the
+host but account the ``fill_`` / ``arange.start_out`` their composites would launch
+(``csrc/aten/native/Kernels.cpp``).
 What an accounted call adds (a ``contiguous`` kernel per strided input, nothing for an empty
 input) is the accounting's rule (``csrc/accounting/Accounting.cpp``), applied by :func:`kernels_of`.
 The real product's rules they follow: ops with neither a device nor a composite kernel fall back
@@ -38,8 +39,10 @@ _COMPOSITE_KEYS = (DispatchKey.CompositeExplicitAutogradNonFunctional, DispatchK
                    DispatchKey.CompositeImplicitAutograd)
 _has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
 # Native kernels that do their composite's work another way but account its kernels, as the real
-# product runs them: ``scalar_tensor`` is ``empty`` + ``fill_`` (``csrc/aten/native/Kernels.cpp``)
-_ACCOUNTED_AS_COMPOSITE = frozenset({"aten::scalar_tensor"})
+# product runs them (``csrc/aten/native/Kernels.cpp``): ``scalar_tensor`` is ``empty`` + ``fill_``,
+# ``arange`` is ``empty`` + ``arange.start_out``
+_ACCOUNTED_AS_COMPOSITE = frozenset({"aten::scalar_tensor", "aten::arange", "aten::arange.start",
+                                     "aten::arange.start_step"})
 
 
 @functools.cache
