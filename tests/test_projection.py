@@ -693,3 +693,20 @@ def test_the_trace_reads_the_fallbacks_module_init_routing_from_the_device():
     native = {n for n in registered if D.route(_overload(n)) == D.NATIVE}
     assert {"aten::view", "aten::as_strided", "aten::_copy_from", "aten::clone", "aten::_to_copy"} <= native
     assert not native & {"aten::mm", "aten::native_layer_norm", "aten::_foreach_add.List", "aten::atan2"}
+
+
+def test_native_kernels_accounting_their_composite_are_traced_as_that_composite():
+    """``_C._ops_accounted_as_composite()`` (csrc/aten/NativeRoutes.cpp) names the native kernels
+    that compute on the host but account their composite's kernels: each is registered for the
+    device and has a composite kernel, and the trace follows that composite, not a launch-free native."""
+    from torch_neuronx.projection import device_dispatch as D
+    from torch_neuronx.runtime.extension import _C
+
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    names = [n if "::" in n else f"aten::{n}" for n in _C._ops_accounted_as_composite()]
+    assert {"aten::scalar_tensor", "aten::arange", "aten::arange.start_step"} <= set(names)
+    for name in names:
+        assert has(name, "PrivateUse1"), name
+        assert D.composite_key(_overload(name)) is not None, name
+        assert D.route(_overload(name)) == D.COMPOSITE, name
+    assert D.route(torch.ops.aten.empty_strided.default) == D.NATIVE  # a native kernel that launches nothing

@@ -13,10 +13,10 @@ The device decides in PyTorch's dispatcher (``csrc/aten/README.md``), first matc
    ``index_select``, ``slice_backward`` a ``zero_`` and a copy, ``t`` an ``as_strided``;
 3. otherwise the boxed fallback's catch-all: a kernel.
 
-No table here repeats the C++ lists but one: this module asks the live dispatcher and ``_C``. Two native
-kernels are followed as their composites: ``scalar_tensor`` and ``arange`` write their values on the
-host but account the ``fill_`` / ``arange.start_out`` their composites would launch
-(``csrc/aten/native/Kernels.cpp``).
+No table here repeats the C++ lists: this module asks the live dispatcher and ``_C``. Native
+kernels that write their values on the host but account the kernels of the composite they replace
+(``_C._ops_accounted_as_composite()``: ``scalar_tensor``'s ``fill_``, ``arange``'s
+``arange.start_out``) are followed as that composite.
 What an accounted call adds (a ``contiguous`` kernel per strided input, nothing for an empty
 input) is the accounting's rule (``csrc/accounting/Accounting.cpp``), applied by :func:`kernels_of`.
 The real product's rules they follow: ops with neither a device nor a composite kernel fall back
@@ -38,26 +38,30 @@ KERNEL, COMPOSITE, NATIVE = "kernel", "composite", "native"
 _COMPOSITE_KEYS = (DispatchKey.CompositeExplicitAutogradNonFunctional, DispatchKey.CompositeExplicitAutograd,
                    DispatchKey.CompositeImplicitAutograd)
 _has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
-# Native kernels that do their composite's work another way but account its kernels, as the real
-# product runs them (``csrc/aten/native/Kernels.cpp``): ``scalar_tensor`` is ``empty`` + ``fill_``,
-# ``arange`` is ``empty`` + ``arange.start_out``
-_ACCOUNTED_AS_COMPOSITE = frozenset({"aten::scalar_tensor", "aten::arange", "aten::arange.start",
-                                     "aten::arange.start_step"})
+
+
+def _qualified(names) -> frozenset[str]:
+    return frozenset(n if "::" in n else f"aten::{n}" for n in names)
 
 
 @functools.cache
 def _fallback_registrations() -> frozenset[str]:
     """Ops registered for PrivateUse1 as kernels: the fast path, the bit-exact table and the
     structured and foreach ops the fallback took at module init (``route_ops_to_fallback``)."""
-    named = set(_C._fast_path_ops()) | set(_C._bit_exact_ops()) | set(_C._ops_routed_to_fallback())
-    return frozenset(n if "::" in n else f"aten::{n}" for n in named)
+    return _qualified([*_C._fast_path_ops(), *_C._bit_exact_ops(), *_C._ops_routed_to_fallback()])
+
+
+@functools.cache
+def _accounted_as_composite() -> frozenset[str]:
+    """Native kernels that account their composite's kernels (``csrc/aten/NativeRoutes.cpp``)."""
+    return _qualified(_C._ops_accounted_as_composite())
 
 
 @functools.cache
 def route(func: torch._ops.OpOverload) -> str:
     """``KERNEL``, ``COMPOSITE`` or ``NATIVE``: what the device runs for ``func``."""
     name = func.name()
-    if name in _ACCOUNTED_AS_COMPOSITE:
+    if name in _accounted_as_composite():
         return COMPOSITE
     if _has_kernel(name, "PrivateUse1"):
         return KERNEL if name in _fallback_registrations() else NATIVE

@@ -3,6 +3,7 @@
 // Factories allocate on the right core, views share the neuron storage itself
 // (PyTorch's device-generic view kernels, since neuron memory is host
 // memory), and copies are where host<->device transfers happen.
+#include "aten/Routes.h"
 #include "aten/native/Native.h"
 
 #include <ATen/ops/as_strided_native.h>
@@ -14,6 +15,12 @@
 #include <torch/library.h>
 
 namespace torch_neuronx {
+
+std::vector<std::string> ops_accounted_as_composite() {
+  // Registered below: each computes on the host but accounts the kernels of the
+  // composite it replaces (empty + fill_, empty + arange.start_out; Kernels.cpp).
+  return {"scalar_tensor", "arange", "arange.start", "arange.start_step"};
+}
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // memory and metadata

@@ -13,6 +13,9 @@ namespace torch_neuronx {
 std::vector<std::string> fast_path_ops();
 // Ops sent to the CPU kernel instead of PyTorch's decomposition (CpuFallbackRoutes.cpp).
 const std::vector<std::string>& bit_exact_ops();
+// Native kernels that account the kernels of the composite they replace
+// (NativeRoutes.cpp): the projection's trace follows their composite.
+std::vector<std::string> ops_accounted_as_composite();
 // Sends structured ops and the single-kernel foreach ops straight to the
 // fallback; returns the names it routed ("aten::atan2", "aten::_foreach_add.List").
 // Idempotent: the first call (at module init) does the work.
