@@ -186,9 +186,12 @@ def _compile_aot_graph(
     try:
         devices = passes.output_devices(gm)
         # What Inductor does before its own fake propagation: a backward graph's saved activations
-        # can arrive with other strides than the trace gave them (Mamba's scan), so a view may not
-        # apply; the projection's trace and the host's propagation below both need the reshapes.
+        # can arrive with other strides than the trace gave them (Mamba's scan, a convolution's
+        # output laid out channels-last by Inductor), so a view may not apply; the projection's
+        # trace (which calls the module's code: hence the recompile) and the host's propagation
+        # below both need the reshapes.
         view_to_reshape(gm)
+        gm.recompile()
         executed = projected.add_graph(record.graph_name, gm, example_inputs)  # before the CPU rewrite
         passes.rewrite_devices_to_cpu(gm)
         record.torch_neuronx_fx_passes_us = _us_since(start)
