@@ -292,3 +292,23 @@ def test_autocast_region_inside_the_graph_matches_eager():
     out = torch.compile(fn, backend="neuron", fullgraph=True)(a, b)
     assert out.dtype == torch.bfloat16 and out.device.type == "neuron"
     torch.testing.assert_close(out.cpu(), fn(a, b).cpu())
+
+
+def test_a_saved_activation_with_strides_a_view_cannot_take_compiles_projected_and_matches_cpu(caplog):
+    """Inductor lays a convolution's output out channels-last; AOTAutograd hands the backward graph
+    that saved activation with those strides, not the traced ones, and the graph's ``view`` of it
+    cannot apply: views become reshapes before the projection and the host's fake propagation."""
+    g = torch.Generator().manual_seed(0)
+    x, w, s = torch.randn(2, 4, 6, 6, generator=g), torch.randn(8, 4, 3, 3, generator=g), torch.randn(288, generator=g)
+
+    def scaled(x, w, s):
+        return (nn.functional.conv2d(x, w, padding=1).view(2, -1) * s).sin().sum()
+
+    s_dev = s.to("neuron").requires_grad_()
+    with caplog.at_level(logging.WARNING):
+        torch.compile(scaled, backend="neuron", fullgraph=True)(x.to("neuron"), w.to("neuron"), s_dev).backward()
+    s_cpu = s.clone().requires_grad_()
+    scaled(x, w, s_cpu).backward()
+    torch.testing.assert_close(s_dev.grad.cpu(), s_cpu.grad)
+    assert not [r.message for r in caplog.records if "not projected" in r.message]
+    assert [r["lowering"] for r in torch_neuronx.get_dynamo_metrics()["compiled_graphs"]] == ["lowered", "lowered"]

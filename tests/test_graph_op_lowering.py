@@ -8,8 +8,9 @@ softmax backward) and ``prims.rev`` (``flip``: Mamba-2's chunked scan), ``histc`
 counts) and a 1-D ``convolution_backward`` (Mamba's causal conv1d), the foreach ops
 of a compiled ``optimizer.step()``, and the Scalar forms of ``fmod`` and the
 bitwise ops (sliding-window caches), which torch-mlir 20261001 leaves
-half-converted. Each decomposition is checked against the op on CPU, and each
-graph holding the op must lower.
+half-converted. ``index_put`` (Gemma 3's masked write of token ids) is decomposed in the
+AOTAutograd table, as the real product's compile table does. Each decomposition is checked
+against the op on CPU, and each graph holding the op must lower.
 
 What the real product does instead: its backend calls ``aot_autograd(..., decompositions=...)``
 with its own table and lowers with torch-mlir (TR ``neuron_dynamo_backend/backend.py:285-305``), so
@@ -378,3 +379,96 @@ def test_a_backward_compile_error_then_a_normal_exit_returns_the_scripts_own_cod
     for done in compile_error_runs["backward"]:
         assert "compile error: NEFFCompilationError [0]" in done.stdout, done.stderr[-2000:]
         assert done.returncode == 7 and "terminate called" not in done.stderr, done.stderr[-2000:]
+
+
+# index_put, as the real product's compile table writes it (compile/index_put.py): a where for one
+# boolean mask and one value, else a scatter (a scatter-add when accumulating) of the flat positions.
+_INDEX_PUT_SEED = torch.Generator().manual_seed(7)
+_INDEX_PUT_BASE = torch.randn(4, 5, 6, generator=_INDEX_PUT_SEED)
+_INDEX_PUT_CASES = {  # indices, values, accumulate
+    "integers-negative": ((torch.tensor([0, 2, -1]),), torch.randn(3, 5, 6, generator=_INDEX_PUT_SEED), False),
+    "accumulate-repeated": ((torch.tensor([1, 1, 3]),), torch.randn(3, 5, 6, generator=_INDEX_PUT_SEED), True),
+    "slice-then-integers-row-broadcast": ((None, torch.tensor([4, 0])), torch.randn(6, generator=_INDEX_PUT_SEED),
+                                          False),
+    "integers-apart": ((torch.tensor([0, 2, -1]), None, torch.tensor([1, 5, 0])),
+                       torch.randn(3, 5, generator=_INDEX_PUT_SEED), False),
+    "broadcast-indices-one-value-accumulate": ((torch.tensor([[0], [3]]), torch.tensor([1, 2, 4])),
+                                               torch.tensor(2.5), True),
+    "mask-one-value": ((torch.randn(4, 5, generator=_INDEX_PUT_SEED) > 0,), torch.tensor(0.0), False),
+    "slice-then-mask": ((None, torch.randn(5, generator=_INDEX_PUT_SEED) > 0), torch.tensor(7.0), False),
+}
+
+
+@pytest.mark.parametrize("case", list(_INDEX_PUT_CASES))
+def test_index_put_is_decomposed_as_the_product_does_lowers_and_matches_the_op(case):
+    """torch-mlir fails a boolean-mask ``index_put`` (Gemma 3's ``ids[mask] = 0``: a
+    ``torch.constant.int`` left); the graph AOTAutograd makes for this backend holds none."""
+    from torch_neuronx.compile.backend import aot_decompositions
+
+    indices, values, accumulate = _INDEX_PUT_CASES[case]
+
+    def put(x, v):
+        return torch.ops.aten.index_put(x, list(indices), v, accumulate)
+
+    gm = make_fx(put, decomposition_table=aot_decompositions())(_INDEX_PUT_BASE, values)
+    assert not _targets(gm) & {torch.ops.aten.index_put.default, torch.ops.aten._unsafe_index_put.default}
+    masked = indices[-1].dtype == torch.bool
+    assert ("stablehlo.select" if masked else "stablehlo.scatter") in stablehlo.lower_fx_graph(gm).text
+    exact = {} if accumulate else {"rtol": 0, "atol": 0}  # repeated positions may add in another order
+    torch.testing.assert_close(gm(_INDEX_PUT_BASE, values), put(_INDEX_PUT_BASE, values), **exact)
+
+
+def test_a_boolean_index_put_the_product_refuses_is_refused_and_counted_shared():
+    """A mask with ``accumulate=True`` needs ``nonzero`` (a dynamic shape): the product's table
+    refuses it, so the failure is shared, not the emulator's."""
+    from torch_neuronx.coverage.compiled import SHARED, classify_failure
+
+    def add_where(x, mask):
+        return x.index_put((mask,), torch.ones((), device=x.device), accumulate=True)
+
+    with pytest.raises(Exception, match="Boolean index_put is not supported") as info:
+        torch.compile(add_where, backend="neuron", fullgraph=True)(
+            torch.zeros(4, 5, device="neuron"), torch.rand(4, 5, device="neuron") > 0.5)
+    assert classify_failure(info.value) | {"error": None} == {"ok": False, "error": None, "cause": SHARED,
+                                                              "op": "aten.index_put"}
+
+
+def test_a_compiled_training_step_writing_and_gathering_by_index_lowers_and_matches_cpu():
+    """One graph of each form: a masked write of one value (a where), a write through a slice and
+    integers with a broadcast row (a scatter), and gathers whose backward accumulates (a scatter-add)."""
+    x = torch.randn(3, 6, 4, generator=torch.Generator().manual_seed(8))
+    mask = torch.rand(3, 6, 4, generator=torch.Generator().manual_seed(9)) > 0.5
+    row = torch.randn(4, generator=torch.Generator().manual_seed(10))
+    picked = torch.tensor([5, 0, 5, 2])
+
+    def step(x, mask, row):
+        y = x * 2
+        y[mask] = -1.0
+        y[:, picked[:2]] = row
+        return (y[:, picked] * x[:, picked]).square().sum()
+
+    x_dev = x.to("neuron").requires_grad_()
+    loss = torch.compile(step, backend="neuron", fullgraph=True)(x_dev, mask.to("neuron"), row.to("neuron"))
+    loss.backward()
+    x_cpu = x.clone().requires_grad_()
+    expected = step(x_cpu, mask, row)
+    expected.backward()
+    torch.testing.assert_close(loss.cpu(), expected.detach())
+    torch.testing.assert_close(x_dev.grad.cpu(), x_cpu.grad)
+    records = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert [r["lowering"] for r in records] == ["lowered", "lowered"]
+
+
+def test_a_tiny_gemma3_compiled_forward_lowers_and_matches_cpu():
+    """Gemma 3 writes ``ids[image_mask] = 0`` when its image token lies outside the vocabulary
+    (every text-only call), which failed every compiled check before ``index_put`` was decomposed."""
+    from torch_neuronx.coverage.probe import differs_from_cpu, logits_of, token_batch
+    from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm
+
+    model = tiny_causal_lm("gemma3", TinySize(layers=1))
+    ids = token_batch(model)
+    assert model.config.image_token_id >= model.config.text_config.vocab_size
+    compiled = torch.compile(copy.deepcopy(model).to("neuron"), backend="neuron", fullgraph=True)
+    assert differs_from_cpu("forward", logits_of(compiled, ids.to("neuron")).cpu(), logits_of(model, ids)) is None
+    records = torch_neuronx.get_dynamo_metrics()["compiled_graphs"]
+    assert records and all(r["lowering"] == "lowered" for r in records)

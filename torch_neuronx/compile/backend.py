@@ -40,6 +40,7 @@ from ..runtime.log import get_logger
 from ..runtime.settings import get_flag
 from . import artifacts, cache, device_interface, failed_backward, kernel_lowering, passes, stablehlo
 from .aliased_execution import alias_runner
+from .index_put import index_put_as_scatter
 from ..projection import graph_compile_seconds
 from .dynamo_metrics import METRICS, GraphRecord, NeuronCompilationMetrics
 from .tile2d_atomic_add import corrected_cpu_codegen
@@ -185,9 +186,12 @@ def _compile_aot_graph(
     try:
         devices = passes.output_devices(gm)
         # What Inductor does before its own fake propagation: a backward graph's saved activations
-        # can arrive with other strides than the trace gave them (Mamba's scan), so a view may not
-        # apply; the projection's trace and the host's propagation below both need the reshapes.
+        # can arrive with other strides than the trace gave them (Mamba's scan, a convolution's
+        # output laid out channels-last by Inductor), so a view may not apply; the projection's
+        # trace (which calls the module's code: hence the recompile) and the host's propagation
+        # below both need the reshapes.
         view_to_reshape(gm)
+        gm.recompile()
         executed = projected.add_graph(record.graph_name, gm, example_inputs)  # before the CPU rewrite
         passes.rewrite_devices_to_cpu(gm)
         record.torch_neuronx_fx_passes_us = _us_since(start)
@@ -234,9 +238,12 @@ def _note_fallback(exc: Exception) -> None:
 
 def aot_decompositions() -> dict:
     """What AOTAutograd decomposes: Inductor's table (this backend runs Inductor's code generation),
-    plus the real product's ``histc`` (TR ``neuron_dynamo_backend/decompositions.py:1827-1868``),
-    so that the graph run on the host and the graph lowered hold the same scatter-add."""
-    return {**select_decomp_table(), torch.ops.aten.histc.default: stablehlo.histc_by_scatter_add}
+    plus the real product's ``histc`` (TR ``neuron_dynamo_backend/decompositions.py:1827-1868``)
+    and its compile-only ``index_put`` (``:1889-1898``; ``_unsafe_index_put`` is ``index_put``
+    in both tables), so that the graph run on the host and the graph lowered hold the same scatters."""
+    return {**select_decomp_table(), torch.ops.aten.histc.default: stablehlo.histc_by_scatter_add,
+            torch.ops.aten.index_put.default: index_put_as_scatter,
+            torch.ops.aten._unsafe_index_put.default: index_put_as_scatter}
 
 
 def _aot_neuron(settings: _Settings) -> Callable:

@@ -6,7 +6,9 @@ a compiled forward, a compiled training step (loss and gradients) and greedy
 ``neuron``. Graph lowering to StableHLO is on, as on Trainium. A failure is
 classified by who shares it: ``shared`` when torch-mlir names an op it cannot
 lower (:attr:`stablehlo.LoweringError.unsupported`: the real product lowers
-with the same torch-mlir and fails the same way), ``ours`` for anything else
+with the same torch-mlir and fails the same way) or when the product's own
+compile decompositions refuse the graph (:class:`index_put.UnsupportedOnNeuron`),
+``ours`` for anything else
 (a Dynamo or backend error, a result that differs from the CPU's, nothing
 compiled): only the emulator fails that way.
 """
@@ -43,6 +45,7 @@ def _chain(exc: BaseException):
 def classify_failure(exc: BaseException) -> dict:
     """``error`` (the op torch-mlir names, else the outer error and its root cause), ``cause``
     (``shared`` or ``ours``) and ``op`` (the op that does not lower, or None)."""
+    from ..compile.index_put import UnsupportedOnNeuron
     from ..compile.stablehlo import LoweringError
 
     chain = list(_chain(exc))
@@ -51,6 +54,9 @@ def classify_failure(exc: BaseException) -> dict:
         named = _NAMED_OP.search(str(lowering))
         return {"ok": False, "error": first_line(lowering, limit=300), "cause": SHARED,
                 "op": named.group(1) if named else None}
+    refused = next((e for e in chain if isinstance(e, UnsupportedOnNeuron)), None)
+    if refused is not None:  # the real product's own decompositions refuse the graph
+        return {"ok": False, "error": first_line(refused, limit=300), "cause": SHARED, "op": refused.op}
     outer, root = first_line(exc, limit=200), first_line(chain[-1], limit=200)
     return {"ok": False, "error": outer if root in outer else f"{outer} ← {root}", "cause": OURS, "op": None}
 
