@@ -7,17 +7,36 @@ the whole set).
 """
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping
+import tempfile
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+
+import pytest
 
 
 def start(args: list[str], env: Mapping[str, str] | None = None, cwd: Path | None = None) -> subprocess.Popen:
     """``python ARGS``, its output captured as text."""
     return subprocess.Popen([sys.executable, *args], env=env, cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+# A ``python`` that starts ARGS in a fresh ``python`` with SIGINT's default disposition: a
+# process started in the background by a non-interactive shell inherits SIGINT ignored, and
+# Python then installs no KeyboardInterrupt handler, so a test that interrupts its child must
+# not depend on how pytest itself was started (a real user's backgrounded CLI keeps ignoring it).
+_SIGINT_DEFAULT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                   "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+
+
+def start_interruptible(args: list[str], env: Mapping[str, str] | None = None) -> subprocess.Popen:
+    """``python ARGS`` as a terminal starts it (SIGINT not ignored), its output captured as text."""
+    return start(["-c", _SIGINT_DEFAULT, *args], env=env)
 
 
 def finished(proc: subprocess.Popen, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -47,16 +66,16 @@ class Lane:
 
     def __init__(self) -> None:
         self._pool: ThreadPoolExecutor | None = None
-        self._jobs: dict[str, tuple[Future, Callable, tuple]] = {}
+        self._jobs: dict[Hashable, tuple[Future, Callable, tuple]] = {}
 
-    def queue(self, key: str, job: Callable, arguments: Callable[[], tuple]) -> None:
+    def queue(self, key: Hashable, job: Callable, arguments: Callable[[], tuple]) -> None:
         """Queue ``job(*arguments())``, its arguments taken now."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="background-lane")
         args = arguments()
         self._jobs[key] = (self._pool.submit(job, *args), job, args)
 
-    def take(self, key: str, job: Callable, arguments: Callable[[], tuple]):
+    def take(self, key: Hashable, job: Callable, arguments: Callable[[], tuple]):
         """The outcome of the job queued as ``key`` (run here with its queued arguments if it
         has not begun), else of ``job(*arguments())``."""
         if key not in self._jobs:
@@ -70,3 +89,64 @@ class Lane:
 
 
 background = Lane()
+
+
+def lane_fixture(name: str, job: Callable, *, folder_prefix: str | None = None, scope: str = "function"):
+    """The fixture ``name`` giving the outcome of ``job(folder, environ)`` (``job(environ)``
+    without ``folder_prefix``): a new temporary folder, removed after the last test using it,
+    and ``os.environ`` as it was when the job was queued. The job is queued on the background
+    lane once collection is done when a selected test uses the fixture (``queue_lane_jobs``,
+    called by conftest.py); the fixture runs it itself otherwise."""
+    key = (job.__module__, name)
+
+    def arguments() -> tuple:
+        environ = dict(os.environ)
+        return (environ,) if folder_prefix is None else (Path(tempfile.mkdtemp(prefix=folder_prefix)), environ)
+
+    def run(*args):
+        return args, job(*args)
+
+    def fixture():
+        args, outcome = background.take(key, run, arguments)
+        yield outcome
+        if folder_prefix is not None:
+            shutil.rmtree(args[0], ignore_errors=True)
+
+    _lane_jobs[key] = (run, arguments)
+    return pytest.fixture(scope=scope, name=name)(fixture)
+
+
+_lane_jobs: dict[tuple[str, str], tuple[Callable, Callable]] = {}
+
+
+def queue_lane_jobs(module: str, fixtures: Iterable[str]) -> None:
+    """Queue the jobs of ``module``'s lane fixtures among ``fixtures`` (the ones its selected tests use)."""
+    for name in sorted(fixtures):
+        if (module, name) in _lane_jobs:
+            background.queue((module, name), *_lane_jobs[(module, name)])
+
+
+IN_CHILD_ENV = "TORCHNEURON_TESTS_IN_CHILD"
+"""Set in a child pytest running a ``child_process`` module's tests: there they run as written."""
+
+def child_pytest(rootdir: Path, nodeids: list[str], environ: dict[str, str]) -> dict:
+    """Run ``nodeids`` (of the session in ``rootdir``) in one child pytest: per test name, its outcome from the child's JUnit
+    report (``passed``, ``failed``, ``skipped`` or ``xfailed``) and the child's text for it;
+    under ``None``, the child's own output (for a test the report does not name)."""
+    with tempfile.TemporaryDirectory(prefix="torchneuron-child-pytest-") as folder:
+        report = Path(folder) / "junit.xml"
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               f"--junitxml={report}", *nodeids], cwd=rootdir, env={**environ, IN_CHILD_ENV: "1"},
+                              capture_output=True, text=True, timeout=1800)
+        cases = list(ElementTree.parse(report).iter("testcase")) if report.exists() else []
+    outcomes: dict = {None: ("failed", f"child pytest exit {done.returncode}\n{done.stdout}\n{done.stderr}")}
+    for case in cases:
+        outcome, text = "passed", ""
+        for part in case:
+            if part.tag in ("failure", "error"):
+                outcome, text = "failed", f"{part.get('message', '')}\n{part.text or ''}"
+            elif part.tag == "skipped":
+                outcome = "xfailed" if part.get("type") == "pytest.xfail" else "skipped"
+                text = part.get("message", "")
+        outcomes[case.get("name")] = (outcome, text)
+    return outcomes

@@ -78,23 +78,76 @@ def neuron_log():
     logger.removeHandler(handler)
 
 
+def _runs_in_a_child(item) -> bool:
+    """A test of a ``child_process`` module, seen by the parent session."""
+    return item.get_closest_marker("child_process") is not None and not os.environ.get(children.IN_CHILD_ENV)
+
+
+def pytest_collection_modifyitems(items):
+    """``child_process`` modules last: their tests only read what a child pytest on the
+    background lane found, which then had the whole session to run beside the others."""
+    items.sort(key=_runs_in_a_child)  # stable: modules keep their order
+
+
 def pytest_collection_finish(session):
-    """Start early what selected tests will wait for: a test module may define
-    ``start_early(fixtures)``, called once here with the fixture names its selected tests use,
-    for child processes that need nothing from the tests before them: a wait (a child killed by
-    its timeout) or work queued on the background lane (``children.Lane``) then passes while
-    those tests run. Not on ``--collect-only``."""
+    """Start early what selected tests will wait for, in the order they run, for child
+    processes that need nothing from the tests before them: the jobs of a module's lane
+    fixtures (``children.lane_fixture``), a ``child_process`` module's selected tests in one
+    child pytest, and whatever the module's own ``start_early(fixtures)`` starts (called once
+    here with the fixture names its selected tests use: a wait, a child killed by its timeout).
+    Queued lane work (``children.Lane``) then runs while the tests before them run. Not on
+    ``--collect-only``."""
     if session.config.option.collectonly:
         return
     fixtures: dict = {}  # module -> fixture names, modules in the order they run
+    in_child: dict = {}  # child_process module -> its selected test ids
     for item in session.items:
         module = getattr(item, "module", None)
         if module is not None:
             fixtures.setdefault(module, set()).update(getattr(item, "fixturenames", ()))
+            if _runs_in_a_child(item):
+                in_child.setdefault(module, []).append(item.nodeid)
     for module, names in fixtures.items():
+        children.queue_lane_jobs(module.__name__, names)
+        if module in in_child:
+            children.background.queue(_child_key(module), children.child_pytest,
+                                       _child_arguments(session.config, in_child[module]))
         start = getattr(module, "start_early", None)
         if start is not None:
             start(names)
+
+
+def _child_key(module) -> tuple[str, str]:
+    return ("child pytest", module.__name__)
+
+
+def _child_arguments(config, nodeids: list[str]):
+    return lambda: (config.rootpath, nodeids, dict(os.environ))
+
+
+_child_outcomes: dict = {}  # child_process module name -> its child pytest's outcomes
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A ``child_process`` module's test, in the parent session: the outcome its child pytest
+    reported (the child ran the test as written, its assertions and all), with the child's
+    text on failure. Run alone, the child runs just this test."""
+    if not _runs_in_a_child(pyfuncitem):
+        return None
+    module = pyfuncitem.module.__name__
+    if module not in _child_outcomes:
+        _child_outcomes[module] = children.background.take(_child_key(pyfuncitem.module), children.child_pytest,
+                                                           _child_arguments(pyfuncitem.config, [pyfuncitem.nodeid]))
+    outcomes = _child_outcomes[module]
+    outcome, text = outcomes.get(pyfuncitem.name, outcomes[None])
+    if outcome == "skipped":
+        pytest.skip(text)
+    if outcome == "xfailed":
+        pytest.xfail(text)
+    if outcome != "passed":
+        pytest.fail(f"in a child pytest:\n{text}", pytrace=False)
+    return True
 
 
 def pytest_sessionfinish(session):

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -37,22 +34,8 @@ def _smoke_suite(folder: Path, environ: dict[str, str]) -> tuple[subprocess.Comp
     return done, folder
 
 
-def _smoke_suite_arguments() -> tuple[Path, dict[str, str]]:
-    return Path(tempfile.mkdtemp(prefix="torchneuron-bench-smoke-")), dict(os.environ)
-
-
-def start_early(fixtures: set[str]) -> None:
-    """A child process needing nothing from the tests before it (it asserts no timing): queued
-    on the background lane once collection is done (conftest.py)."""
-    if "smoke_suite" in fixtures:
-        children.background.queue(__name__, _smoke_suite, _smoke_suite_arguments)
-
-
-@pytest.fixture
-def smoke_suite():
-    done, folder = children.background.take(__name__, _smoke_suite, _smoke_suite_arguments)
-    yield done, folder
-    shutil.rmtree(folder, ignore_errors=True)
+# A child process needing nothing from the tests before it (it asserts no timing).
+smoke_suite = children.lane_fixture("smoke_suite", _smoke_suite, folder_prefix="torchneuron-bench-smoke-")
 
 
 @pytest.mark.slow

@@ -4,8 +4,6 @@ while ``torch`` is still importing (``torchneuron_launcher.py``)."""
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -80,10 +78,9 @@ def _torch_loaded(pid: int) -> bool:
 
 def test_ctrl_c_while_torch_imports_is_one_line_and_130(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    child = subprocess.Popen(
-        [sys.executable, "-c", "import sys, torchneuron_launcher; sys.exit(torchneuron_launcher.main())",
-         "pilot", "--out", str(tmp_path / "report")],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = children.start_interruptible(
+        ["-c", "import sys, torchneuron_launcher; sys.exit(torchneuron_launcher.main())",
+         "pilot", "--out", str(tmp_path / "report")], env=env)
     try:
         deadline = time.monotonic() + 60
         while not _torch_loaded(child.pid) and time.monotonic() < deadline and child.poll() is None:

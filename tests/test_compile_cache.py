@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -84,22 +82,9 @@ def _round_trip(folder: Path, environ: dict[str, str]) -> dict:
             "loaded": loaded}
 
 
-def _round_trip_arguments() -> tuple[Path, dict[str, str]]:
-    return Path(tempfile.mkdtemp(prefix="torchneuron-compile-cache-")), dict(os.environ)
-
-
-def start_early(fixtures: set[str]) -> None:
-    """Queued on the background lane once collection is done (conftest.py): the three processes
-    need nothing from the tests before them (the first builds Inductor's compiler set-up)."""
-    if "round_trip" in fixtures:
-        children.background.queue(__name__, _round_trip, _round_trip_arguments)
-
-
-@pytest.fixture
-def round_trip():
-    runs = children.background.take(__name__, _round_trip, _round_trip_arguments)
-    yield runs
-    shutil.rmtree(runs["folder"], ignore_errors=True)
+# The three processes need nothing from the tests before them (the first builds Inductor's
+# compiler set-up).
+round_trip = children.lane_fixture("round_trip", _round_trip, folder_prefix="torchneuron-compile-cache-")
 
 
 def test_second_process_hits_the_cache_and_artifacts_round_trip(round_trip):

@@ -5,11 +5,9 @@ Each run is a fresh interpreter (in-process caches must not hide the disk).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -100,22 +98,8 @@ def _scenarios(base: Path, environ: dict[str, str]) -> dict:
     return {"base": base, "a_file": a_file, "warmed": warmed, **outcomes}
 
 
-def _job_arguments() -> tuple[Path, dict[str, str]]:
-    return Path(tempfile.mkdtemp(prefix="torchneuron-robust-")), dict(os.environ)
-
-
-def start_early(fixtures: set[str]) -> None:
-    """Queued on the background lane once collection is done (conftest.py): the scenarios
-    need nothing from the tests before them."""
-    if "runs" in fixtures:
-        children.background.queue(__name__, _scenarios, _job_arguments)
-
-
-@pytest.fixture(scope="module")
-def runs():
-    outcome = children.background.take(__name__, _scenarios, _job_arguments)
-    yield outcome
-    shutil.rmtree(outcome["base"], ignore_errors=True)
+# The scenarios need nothing from the tests before them.
+runs = children.lane_fixture("runs", _scenarios, folder_prefix="torchneuron-robust-", scope="module")
 
 
 @pytest.fixture

@@ -16,7 +16,9 @@ transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from test_compile import _fresh_dynamo  # noqa: E402,F401  (autouse: fresh Dynamo state and metrics)
 
-pytestmark = pytest.mark.slow
+# Each test compiles a model cold (seconds of Inductor on one core): the module runs in a child
+# pytest on the background lane, beside the other tests (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.child_process]
 
 VOCAB = 256
 # Tensors a compiled decode step gets anew each step (token ids, cache and token positions).

@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -278,22 +275,8 @@ def _compiled_llama(out: Path, environ: dict[str, str]) -> tuple[int, str, Path]
     return done.returncode, done.stderr, out
 
 
-def _compiled_llama_arguments() -> tuple[Path, dict[str, str]]:
-    return Path(tempfile.mkdtemp(prefix="torchneuron-coverage-")), dict(os.environ)
-
-
-def start_early(fixtures: set[str]) -> None:
-    """Six cold compiles in a worker process that needs nothing from the tests before it:
-    queued on the background lane once collection is done (conftest.py)."""
-    if "compiled_llama" in fixtures:
-        children.background.queue(__name__, _compiled_llama, _compiled_llama_arguments)
-
-
-@pytest.fixture
-def compiled_llama():
-    code, stderr, out = children.background.take(__name__, _compiled_llama, _compiled_llama_arguments)
-    yield code, stderr, out
-    shutil.rmtree(out, ignore_errors=True)
+# Six cold compiles in a worker process that needs nothing from the tests before it.
+compiled_llama = children.lane_fixture("compiled_llama", _compiled_llama, folder_prefix="torchneuron-coverage-")
 
 
 @pytest.mark.slow

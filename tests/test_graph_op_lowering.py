@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -344,22 +342,9 @@ def _compile_error_runs(folder: Path, environ: dict[str, str]) -> dict:
     return {"folder": folder, "forward": forward, "backward": [backward, *together("backward", "backward")]}
 
 
-def _compile_error_arguments() -> tuple[Path, dict[str, str]]:
-    return Path(tempfile.mkdtemp(prefix="torchneuron-compile-errors-")), dict(os.environ)
-
-
-def start_early(fixtures: set[str]) -> None:
-    """Child processes needing nothing from the tests before them: queued on the background
-    lane once collection is done (conftest.py)."""
-    if "compile_error_runs" in fixtures:
-        children.background.queue(__name__, _compile_error_runs, _compile_error_arguments)
-
-
-@pytest.fixture(scope="module")
-def compile_error_runs():
-    runs = children.background.take(__name__, _compile_error_runs, _compile_error_arguments)
-    yield runs
-    shutil.rmtree(runs["folder"], ignore_errors=True)
+# Child processes needing nothing from the tests before them.
+compile_error_runs = children.lane_fixture("compile_error_runs", _compile_error_runs,
+                                           folder_prefix="torchneuron-compile-errors-", scope="module")
 
 
 def test_a_compile_error_then_a_normal_exit_returns_the_scripts_own_code(compile_error_runs):

@@ -9,12 +9,11 @@ import math
 import os
 import resource
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
+import children
 from torch_neuronx.cli.main import main
 from torch_neuronx.plan import Planner
 from torch_neuronx.plan.render import json_text
@@ -187,8 +186,7 @@ def test_interrupt_exits_128_plus_signal_with_previous_plan_intact(model, tmp_pa
     out = tmp_path / "plan.json"
     assert _plan(model, out) == 0
     before = out.read_bytes()
-    proc = subprocess.Popen([sys.executable, "-c", _SLOW_PLAN, "plan", str(model), *TINY, "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = children.start_interruptible(["-c", _SLOW_PLAN, "plan", str(model), *TINY, "--out", str(out)])
     try:
         assert proc.stdout.readline() == "planning\n"
         time.sleep(0.2)

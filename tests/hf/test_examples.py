@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import ast
-import os
 import re
 
 import pytest
@@ -25,20 +24,8 @@ def _static_cache_example(environ: dict[str, str]) -> str:
                        "--max-new-tokens", str(STATIC_CACHE["new"]), "--runs", "2", environ=environ)
 
 
-def _environment() -> tuple[dict[str, str]]:
-    return (dict(os.environ),)
-
-
-def start_early(fixtures: set[str]) -> None:
-    """The static-cache example compiles in its own process, needing nothing from the tests
-    before it: queued on the background lane once collection is done (tests/conftest.py)."""
-    if "static_cache_stdout" in fixtures:
-        children.background.queue(__name__, _static_cache_example, _environment)
-
-
-@pytest.fixture
-def static_cache_stdout() -> str:
-    return children.background.take(__name__, _static_cache_example, _environment)
+# The static-cache example compiles in its own process, needing nothing from the tests before it.
+static_cache_stdout = children.lane_fixture("static_cache_stdout", _static_cache_example)
 
 
 @pytest.mark.slow

@@ -1,0 +1,91 @@
+"""The suite's own machinery (children.py, conftest.py): a ``child_process`` module's tests run
+as written in one child pytest, and each test of the parent session reports what the child found."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import children
+
+TESTS = Path(__file__).resolve().parent
+
+CHILD_MODULE = '''
+import pytest
+
+pytestmark = pytest.mark.child_process
+
+
+def test_passes():
+    assert sum([1, 2]) == 3
+
+
+def test_fails():
+    assert [1, 2] == [1, 3], "the child's own message"
+
+
+def test_skips():
+    pytest.skip("skipped in the child")
+
+
+@pytest.mark.xfail(reason="known in the child")
+def test_xfails():
+    assert False
+'''
+
+PLAIN_MODULE = '''
+def test_plain():
+    assert "plain".upper() == "PLAIN"
+'''
+
+# The suite's hooks, loaded under another name (this folder's conftest is itself "conftest").
+PROBE_CONFTEST = f'''
+import importlib.util
+
+_spec = importlib.util.spec_from_file_location("suite_conftest", {str(TESTS / "conftest.py")!r})
+_suite = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_suite)
+pytest_collection_modifyitems = _suite.pytest_collection_modifyitems
+pytest_collection_finish = _suite.pytest_collection_finish
+pytest_pyfunc_call = _suite.pytest_pyfunc_call
+pytest_sessionfinish = _suite.pytest_sessionfinish
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "child_process: run in one child pytest")
+'''
+
+
+def _probe_session(folder: Path, environ: dict[str, str]) -> subprocess.CompletedProcess:
+    """``pytest -v`` of a folder holding a ``child_process`` module and a plain one."""
+    (folder / "conftest.py").write_text(PROBE_CONFTEST)
+    (folder / "test_a_child.py").write_text(CHILD_MODULE)
+    (folder / "test_b_plain.py").write_text(PLAIN_MODULE)
+    path = os.pathsep.join(p for p in (str(TESTS), environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, "-m", "pytest", "-v", "-rsx", "-p", "no:cacheprovider", str(folder)],
+                          cwd=folder, env={**environ, "PYTHONPATH": path}, capture_output=True, text=True,
+                          timeout=600)
+
+
+# Two sessions, each importing torch: no test before this one is needed.
+probe_session = children.lane_fixture("probe_session", _probe_session, folder_prefix="torchneuron-child-probe-")
+
+
+def test_a_child_process_module_reports_what_its_child_found_and_runs_last(probe_session):
+    out = probe_session.stdout
+    assert probe_session.returncode == 1, out + probe_session.stderr
+    assert "1 failed, 2 passed, 1 skipped, 1 xfailed" in out, out
+    # The failure shows the child's assertion and message; skip and xfail keep their reasons.
+    assert "in a child pytest" in out and "the child's own message" in out and "assert [1, 2] == [1, 3]" in out
+    assert "skipped in the child" in out and "known in the child" in out
+    # The plain module runs first: the child had the session to run beside it.
+    order = [line.split("::")[0] for line in out.splitlines() if "::test_" in line and "PASSED" in line]
+    assert order == ["test_b_plain.py", "test_a_child.py"], out
+
+
+def test_a_child_with_no_report_fails_each_test_with_its_output(tmp_path):
+    outcomes = children.child_pytest(tmp_path, ["test_missing.py::test_nothing"], dict(os.environ))
+    assert set(outcomes) == {None}
+    outcome, text = outcomes[None]
+    assert outcome == "failed" and "child pytest exit 4" in text and "test_missing.py" in text
