@@ -1,13 +1,16 @@
 """Inductor's 2-D tiled CPU kernels with an accumulating store (issue 29, Falcon's wrong gradients).
 
-The minimal graph: one head picked by a list index, read back transposed through
-a matmul. Its backward accumulates (``index_put`` with ``accumulate=True``) a
-gradient that arrives transposed, so Inductor 2.13 builds a 2-D tiled kernel
-whose atomic add rewrites the store index twice (``x1 + 2*x1_inner``): plain
-``torch.compile(backend="inductor")`` on CPU returns wrong gradients, or writes
-outside the buffer when the index holds two heads (heap corruption: the process aborts).
-Our backend corrects that store (compile/tile2d_atomic_add.py) and keeps Inductor's
-vectorization.
+Inductor 2.13 builds a 2-D tiled kernel when a fused input is read transposed; its
+atomic add then rewrites the store index twice (``x1 + 2*x1_inner``): wrong sums, or
+writes outside the buffer (heap corruption: the process aborts). Our backend corrects
+that store (compile/tile2d_atomic_add.py) and keeps Inductor's vectorization.
+
+Plain ``backend="inductor"``: the backward of heads picked by a list index and read back
+transposed through a matmul accumulates with ``index_put``. ``backend="neuron"`` decomposes
+``index_put`` into ``scatter_add`` (compile/index_put.py), which Inductor hands to ATen on a
+multi-threaded CPU, so that graph no longer reaches the store there; an embedding's backward
+does (Inductor's ``embedding_dense_backward`` is ``_unsafe_masked_index_put_accumulate``, an
+atomic-add scatter), tiled when its output's gradient sums transposed and untransposed parts.
 """
 from __future__ import annotations
 
@@ -45,16 +48,33 @@ def _inputs():
     return torch.randn(2, 16, 3, 16, generator=g), torch.randn(2, 1, 16, 16, generator=g)
 
 
-@pytest.mark.parametrize("heads", [[1], [0, 2]])
-def test_list_indexed_heads_read_transposed_get_the_cpu_gradient_on_neuron(heads):
-    x, y = _inputs()
-    loss = _heads_through_a_matmul(heads)
-    reference = x.clone().requires_grad_()
-    loss(reference, y).backward()
+def _embedding_read_both_ways(w, y, z, y2):
+    ids = torch.tensor([[1, 3, 3, 0, 5, 7, 1, 2, 2, 2, 6, 0, 4, 7, 7, 1]] * 2, device=w.device)
+    e = torch.nn.functional.embedding(ids, w)  # (2, 16, 16); rows of w repeat: the adds collide
+    # Two gradients come back from bmms transposed, one in e's own layout: e's gradient is read
+    # both ways, so Inductor tiles the scatter that accumulates it into w's gradient.
+    return ((y @ e.transpose(1, 2)) ** 2).sum() + (e * z).sum() + (y2 @ e.transpose(1, 2)).sin().sum()
 
-    on_device = x.to("neuron").requires_grad_()
-    torch.compile(loss, backend="neuron")(on_device, y.to("neuron")).backward()
-    torch.testing.assert_close(on_device.grad.cpu(), reference.grad, rtol=1e-5, atol=1e-4)
+
+def test_an_embedding_whose_gradient_is_read_transposed_gets_the_cpu_gradient_on_neuron(monkeypatch):
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(*shape, generator=g) for shape in ((8, 16), (2, 4, 16), (2, 16, 16), (2, 5, 16))]
+    reference = [a.clone().requires_grad_() for a in args]
+    _embedding_read_both_ways(*reference).backward()
+    corrected = []  # the stores the correction rewrote: this test guards it only while there are some
+    builds_lane_indices = tile2d_atomic_add._Tile2DKernel._atomic_add_builds_lane_indices
+
+    def watched(kernel, index):
+        taken = builds_lane_indices(kernel, index)
+        corrected.append(taken)
+        return taken
+    monkeypatch.setattr(tile2d_atomic_add._Tile2DKernel, "_atomic_add_builds_lane_indices", watched)
+
+    on_device = [a.to("neuron").requires_grad_() for a in args]
+    torch.compile(_embedding_read_both_ways, backend="neuron")(*on_device).backward()
+    for device_arg, cpu_arg in zip(on_device, reference):
+        torch.testing.assert_close(device_arg.grad.cpu(), cpu_arg.grad, rtol=1e-5, atol=1e-4)
+    assert any(corrected)
     assert {r["lowering"] for r in torch_neuronx.get_dynamo_metrics()["compiled_graphs"]} == {"lowered"}
 
 
