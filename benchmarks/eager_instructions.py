@@ -2,6 +2,7 @@
 
   python -m benchmarks.eager_instructions                  # add, mul, fill_ (64×64), decode, train
   python -m benchmarks.eager_instructions --only add,decode --ops 5000 --tokens 5 --steps 1
+  python -m benchmarks.eager_instructions --only train --steps 1 --size smoke   # minutes, not hours
 
 A host measurement that load does not disturb: each (workload, device) runs in its own process
 under ``valgrind --tool=callgrind`` with collection switched on only around the measured loop
@@ -27,11 +28,12 @@ UNITS = {"decode": "token", "train": "step"}
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_workload(workload: str, device: str, count: int, toggle) -> None:
+def run_workload(workload: str, device: str, count: int, toggle, size: str = "full") -> None:
     """The measured loop: ``count`` 64×64 ops, the ``count - 1`` decode steps of a
     static-cache ``generate()`` of ``count`` tokens after a warm-up one, or ``count`` steps of
-    the benchmark suite's training workload after a warm-up one. ``toggle`` switches counting
-    on and off around it."""
+    the benchmark suite's training workload after a warm-up one, with the suite's model at
+    ``size`` (a full-size training step took over 7 minutes per device under callgrind).
+    ``toggle`` switches counting on and off around it."""
     import torch
 
     import torch_neuronx  # noqa: F401  (registers the device)
@@ -52,13 +54,13 @@ def run_workload(workload: str, device: str, count: int, toggle) -> None:
         return
     from benchmarks.model import SIZES, build_model, token_batch
 
-    size = SIZES["full"]
+    model_size = SIZES[size]
     if workload == "train":
-        _train_steps(size, device, count, toggle)
+        _train_steps(model_size, device, count, toggle)
         return
-    model = build_model(size).to(device).eval()
+    model = build_model(model_size).to(device).eval()
     model.generation_config.disable_compile = True
-    prompt = token_batch(size, size.prompt, 10_000)[:1].to(device)
+    prompt = token_batch(model_size, model_size.prompt, 10_000)[:1].to(device)
     settings = dict(max_new_tokens=count, min_new_tokens=count, do_sample=False,
                     cache_implementation="static", pad_token_id=0)
     with torch.no_grad():
@@ -109,13 +111,13 @@ class _DecodeSteps:
         self.toggle()
 
 
-def count_instructions(workload: str, device: str, count: int, valgrind: str) -> int:
+def count_instructions(workload: str, device: str, count: int, valgrind: str, size: str = "full") -> int:
     """Instructions callgrind collected in one child process running the measured loop."""
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "callgrind.out"
         command = [valgrind, "--tool=callgrind", "--collect-atstart=no",
                    f"--callgrind-out-file={out}", sys.executable, "-m", "benchmarks.eager_instructions",
-                   "--child", workload, device, str(count)]
+                   "--child", workload, device, str(count), size]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
         done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
         collected = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
@@ -124,17 +126,19 @@ def count_instructions(workload: str, device: str, count: int, valgrind: str) ->
         return int(collected.group(1))
 
 
-def measure(workloads, ops: int, tokens: int, steps: int, valgrind: str, log=print) -> list[dict]:
+def measure(workloads, ops: int, tokens: int, steps: int, valgrind: str, size: str = "full",
+            log=print) -> list[dict]:
     rows = []
     for workload in workloads:
         count = {"decode": tokens, "train": steps}.get(workload, ops)
         measured = count - 1 if workload == "decode" else count
         per = {}
         for device in ("cpu", "neuron"):
-            per[device] = count_instructions(workload, device, count, valgrind) / measured
+            per[device] = count_instructions(workload, device, count, valgrind, size) / measured
             log(f"{workload} on {device}: {per[device]:,.0f} instructions per "
                 f"{UNITS.get(workload, 'op')}")
-        rows.append({"workload": workload, "count": measured, **per, "ratio": per["neuron"] / per["cpu"]})
+        rows.append({"workload": workload, "count": measured, **per, "ratio": per["neuron"] / per["cpu"],
+                     "size": "full" if workload in OPS else size})
     return rows
 
 
@@ -144,6 +148,8 @@ def markdown(rows: list[dict]) -> str:
              "| workload | per | CPU | neuron | neuron − CPU | ratio |", "|---|---|---|---|---|---|"]
     for r in rows:
         unit = UNITS.get(r["workload"], "op (64×64)")
+        if r.get("size", "full") != "full":
+            unit += f" ({r['size']} model)"
         lines.append(f"| `{r['workload']}` | {unit} | {r['cpu']:,.0f} | {r['neuron']:,.0f} | "
                      f"{r['neuron'] - r['cpu']:+,.0f} | {r['ratio']:.3f} |")
     return "\n".join(lines)
@@ -155,14 +161,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ops", type=int, default=20000, help="measured calls per op workload")
     parser.add_argument("--tokens", type=int, default=9, help="generated tokens of the decode (all but the first measured)")
     parser.add_argument("--steps", type=int, default=2, help="measured training steps (after an unmeasured one)")
+    parser.add_argument("--size", choices=("full", "smoke"), default="full",
+                        help="the suite's model size for decode and train (smoke: the CI model)")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
-    parser.add_argument("--child", nargs=3, metavar=("WORKLOAD", "DEVICE", "COUNT"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=4, metavar=("WORKLOAD", "DEVICE", "COUNT", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         import torch
 
-        workload, device, count = args.child
-        run_workload(workload, device, int(count), torch._C._valgrind_toggle)
+        workload, device, count, size = args.child
+        run_workload(workload, device, int(count), torch._C._valgrind_toggle, size)
         return
     workloads = [w.strip() for w in (args.only or ",".join(WORKLOADS)).split(",") if w.strip()]
     unknown = sorted(set(workloads) - set(WORKLOADS))
@@ -172,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind); it counts the instructions")
-    text = markdown(measure(workloads, args.ops, args.tokens, args.steps, valgrind))
+    text = markdown(measure(workloads, args.ops, args.tokens, args.steps, valgrind, args.size))
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n", encoding="utf-8")

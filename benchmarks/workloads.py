@@ -257,8 +257,11 @@ def ops(adapter, size: Size) -> dict:
     a = torch.randn(64, 64, generator=gen).to(device)
     b = torch.randn(64, 64, generator=gen).to(device)
     c = torch.zeros(64, 64).to(device)
+    filled = torch.zeros(64, 64).to(device)
     cases = {
         "add_us": lambda: a + b,
+        "mul_us": lambda: a * b,
+        "fill_us": lambda: filled.fill_(1.0),
         "mm64_us": lambda: a @ b,
         "view_inplace_us": lambda: c.view(-1).add_(1.0),
     }

@@ -52,7 +52,7 @@ def test_smoke_suite_writes_json_and_markdown_with_complete_rows(smoke_suite):
     for backend in ("cpu", "neuron"):
         for metric in ("first_step_ms", "steady_step_ms", "peak_rss_mb"):
             assert (backend, "train", metric) in ok
-        for metric in ("add_us", "mm64_us", "view_inplace_us"):
+        for metric in ("add_us", "mul_us", "fill_us", "mm64_us", "view_inplace_us"):
             assert (backend, "ops", metric) in ok
     for row in ok.values():
         assert row["n"] >= 1 and row["unit"] is not None
@@ -148,6 +148,22 @@ def test_summarize_pools_samples_across_repeats_and_keeps_failures():
     assert steady_target["met"] is True
     compiled = targets["training step, steady state: neuron compiled / CPU Inductor"]
     assert compiled["ratio"] is None and "neuron_compiled/train" in compiled["missing"]
+
+
+def test_every_measured_op_and_per_token_row_has_the_issue_limit():
+    """Issue 27's targets: each op the ``ops`` workload times is a per-op row with a limit of
+    1.15x CPU eager; both per-token rows of the manual decode loop have a limit of 1.05x."""
+    from benchmarks.adapters import make_adapter
+    from benchmarks.model import SMOKE
+
+    measured = WORKLOADS["ops"](make_adapter("cpu"), SMOKE)["metrics"]
+    assert {"add_us", "mul_us", "fill_us"} <= set(measured)
+    limits = {(t.numerator, t.denominator): t.limit for t in report.TARGETS}
+    for metric in measured:
+        assert limits[(("neuron", "ops", metric), ("cpu", "ops", metric))] == 1.15, metric
+    assert limits[(("neuron", "generate", "per_token_ms"), ("cpu", "generate", "per_token_ms"))] == 1.05
+    assert limits[(("neuron_compiled", "generate", "per_token_ms"),
+                   ("cpu_inductor", "generate", "per_token_ms"))] == 1.05
 
 
 def test_only_rejects_unknown_names_and_splits_backends_from_workloads():

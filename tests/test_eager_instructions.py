@@ -103,3 +103,22 @@ def test_markdown_names_the_unit_of_each_workload():
             for w in ("decode", "train")]
     text = eager_instructions.markdown(rows)
     assert "| `decode` | token |" in text and "| `train` | step |" in text
+    rows[1]["size"] = "smoke"
+    assert "| `train` | step (smoke model) |" in eager_instructions.markdown(rows)
+
+
+def test_the_smoke_size_trains_the_ci_model(monkeypatch):
+    """``--size smoke``: the measured step runs the suite's smallest Llama (hidden 32), which a
+    callgrind run finishes in minutes."""
+    from benchmarks.model import SMOKE
+
+    widths = []
+    real_forward = torch.nn.Embedding.forward
+
+    def forward(self, ids):
+        widths.append(self.embedding_dim)
+        return real_forward(self, ids)
+
+    monkeypatch.setattr(torch.nn.Embedding, "forward", forward)
+    eager_instructions.run_workload("train", "cpu", 1, lambda: None, size="smoke")
+    assert set(widths) == {SMOKE.hidden}

@@ -154,6 +154,55 @@ def test_fast_path_op_matches_cpu_bit_for_bit(op):
     assert torch_neuronx.metrics()["kernels"]["per_op"][op]["calls"] >= 1
 
 
+def _layouts(base):
+    """Views of one storage in every layout PyTorch derives flags for: the fast path re-points
+    the same recycled alias from each to the next (csrc/runtime/Alias.cpp copies the
+    neuron tensor's numel and contiguity flags instead of recomputing them)."""
+    return {
+        "contiguous 5-d": base[:720].view(2, 3, 4, 5, 6),
+        "channels_last": base[:120].view(2, 4, 5, 3).permute(0, 3, 1, 2),
+        "channels_last_3d": base[:720].view(2, 4, 5, 6, 3).permute(0, 4, 1, 2, 3),
+        "transposed": base[:120].view(10, 12).t(),
+        "offset": base[7:27].view(4, 5),
+        "expanded": base[:5].view(1, 5).expand(4, 5),
+        "6-d": base[:720].view(2, 3, 2, 5, 2, 6),
+        "empty": base[:0].view(0, 4),
+        "scalar": base[3],
+    }
+
+
+def test_recycled_aliases_take_each_layout_with_its_contiguity():
+    cpu_base = torch.randn(720)
+    cpu_views, neuron_views = _layouts(cpu_base), _layouts(cpu_base.to("neuron"))
+    ops = {
+        "neg": torch.neg,  # TensorIterator: output strides follow the input's
+        "softmax": lambda x: torch.softmax(x, -1) if x.dim() else x.exp(),  # x.contiguous() first
+        "sum": torch.sum,  # numel
+        "cat": lambda x: torch.cat([x, x]) if x.dim() else x.neg(),  # suggest_memory_format
+        "add": lambda x: x + x,  # non-overlapping and dense (expanded inputs are not)
+    }
+    for _ in range(2):
+        for name, view in neuron_views.items():
+            for op_name, op in ops.items():
+                expected, got = op(cpu_views[name]), op(view)
+                assert got.stride() == expected.stride(), (name, op_name)
+                assert torch.equal(got.cpu(), expected), (name, op_name)
+
+
+def test_an_argument_listed_twice_or_more_arguments_than_recycled_aliases():
+    """Recycled aliases are lent per call (csrc/runtime/Alias.cpp, 32 per thread): a tensor
+    passed twice gets two, a call with more tensors than that makes its own for the rest,
+    and every one is free again for the next call."""
+    parts = [torch.randn(3, 4) for _ in range(40)]
+    on_device = [p.to("neuron") for p in parts]
+    for _ in range(2):
+        assert torch.equal(torch.cat(on_device).cpu(), torch.cat(parts))
+    x = parts[0].clone()
+    on_x = x.to("neuron")
+    assert on_x.mul_(on_x) is on_x and torch.equal(on_x.cpu(), x.mul_(x))
+    assert torch.equal(torch.add(on_x, on_x, alpha=2).cpu(), torch.add(x, x, alpha=2))
+
+
 def test_in_place_returns_the_callers_tensor_and_updates_views_and_versions():
     base = torch.zeros(4, 6, device="neuron")
     view = base[1:3]

@@ -26,11 +26,11 @@ namespace torch_neuronx {
 namespace {
 
 // Entries are never erased (a reset zeroes them): threads keep pointers to
-// them in their repeat caches.
+// them in their repeat caches. An op's calls are the sum of its signatures'
+// calls, formed when read, so a repeat bumps one shared counter.
 struct OpCounts {
   std::string name;
   uint64_t name_hash = 0; // stable across processes, unlike the schema address
-  std::atomic<uint64_t> calls{0};
   uint64_t signatures = 0; // under g_mutex
 };
 struct SignatureCounts {
@@ -46,8 +46,8 @@ std::unordered_map<uint64_t, SignatureCounts> g_signatures;
 uint64_t g_seen = 0; // signatures with `seen`, under g_mutex
 std::unordered_map<const void*, OpCounts> g_ops;
 // Calls that marked their signature seen, under g_mutex. Total calls are the
-// sum of the per-op counts and repeats the rest, both formed when read, so a
-// repeat bumps two counters, not four.
+// sum of the per-signature counts and repeats the rest, both formed when
+// read, so a repeat bumps one counter, not four.
 uint64_t g_first_calls = 0;
 // Bumped whenever seen signatures are forgotten or the salt changes: it
 // invalidates every thread's repeat cache.
@@ -55,7 +55,7 @@ std::atomic<uint64_t> g_generation{1};
 
 // Repeats are the hot path (the same kernel every step): each thread
 // remembers signatures it has already seen counted, keyed by (op, arguments),
-// so a repeat costs a table probe and two relaxed increments instead of the
+// so a repeat costs a table probe and one relaxed increment instead of the
 // global lock and two hash-table lookups.
 struct RepeatCache {
   static constexpr size_t kSlots = 1024;
@@ -203,7 +203,6 @@ void account_signature(
   auto& cached = repeats != nullptr ? repeats->slot(repeat_key) : uncached;
   if (cached.first == repeat_key) {
     cached.second->calls.fetch_add(1, std::memory_order_relaxed);
-    cached.second->op->calls.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   // The op's own hash is cached per schema so the hot path never formats a
@@ -221,7 +220,6 @@ void account_signature(
       counts.name = os.str();
       counts.name_hash = std::hash<std::string>{}(counts.name);
     }
-    counts.calls.fetch_add(1, std::memory_order_relaxed);
     mix(h, counts.name_hash);
     mix(h, args_hash);
     auto& signature = g_signatures[h];
@@ -315,11 +313,18 @@ void set_signature_callback(py::object fn) {
 AccountingStats accounting_stats() {
   std::lock_guard<std::mutex> lock(g_mutex);
   AccountingStats stats{0, 0, g_seen, {}};
-  for (const auto& [key, counts] : g_ops) {
-    const uint64_t calls = counts.calls.load(std::memory_order_relaxed);
+  std::unordered_map<const OpCounts*, uint64_t> calls_per_op;
+  for (const auto& [key, signature] : g_signatures) {
+    const uint64_t calls = signature.calls.load(std::memory_order_relaxed);
     if (calls > 0) {
-      stats.calls += calls;
-      stats.ops.push_back({counts.name, calls, counts.signatures});
+      calls_per_op[signature.op] += calls;
+    }
+  }
+  for (const auto& [key, counts] : g_ops) {
+    const auto found = calls_per_op.find(&counts);
+    if (found != calls_per_op.end()) {
+      stats.calls += found->second;
+      stats.ops.push_back({counts.name, found->second, counts.signatures});
     }
   }
   // A repeat counted by another thread after the sum could exceed it: never below zero.
@@ -347,7 +352,6 @@ void reset_accounting() {
   }
   g_seen = 0;
   for (auto& [key, counts] : g_ops) {
-    counts.calls = 0;
     counts.signatures = 0;
   }
   g_first_calls = 0;

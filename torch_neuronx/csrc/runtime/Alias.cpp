@@ -17,6 +17,31 @@ namespace torch_neuronx {
 
 namespace {
 
+// The tensor object of a CPU alias: a plain CPU tensor that takes its layout
+// from the neuron tensor it aliases by copying, where set_sizes_and_strides
+// would recompute the element count and six contiguity flags from the sizes
+// and strides (for a 4-d tensor, four passes over them). The neuron tensor
+// holds those already; a decode step re-points recycled aliases to new
+// shapes hundreds of times, and the recomputation was ~73 k instructions of
+// it.
+class AliasImpl final : public c10::TensorImpl {
+ public:
+  using c10::TensorImpl::TensorImpl;
+
+  void copy_layout(const c10::TensorImpl& source) {
+    sizes_and_strides_.set_sizes(source.sizes());
+    sizes_and_strides_.set_strides(source.strides());
+    storage_offset_ = source.storage_offset();
+    numel_ = source.numel();
+    is_contiguous_ = source.is_contiguous(at::MemoryFormat::Contiguous);
+    is_channels_last_contiguous_ = source.is_contiguous(at::MemoryFormat::ChannelsLast);
+    is_channels_last_3d_contiguous_ = source.is_contiguous(at::MemoryFormat::ChannelsLast3d);
+    is_channels_last_ = source.is_strides_like(at::MemoryFormat::ChannelsLast);
+    is_channels_last_3d_ = source.is_strides_like(at::MemoryFormat::ChannelsLast3d);
+    is_non_overlapping_and_dense_ = source.is_non_overlapping_and_dense();
+  }
+};
+
 // A CPU tensor with `t`'s layout over `data` (which points at `t`'s bytes).
 at::Tensor cpu_view(const at::Tensor& t, c10::DataPtr data) {
   // Resizable with the CPU allocator: a kernel that grows an out= argument
@@ -24,11 +49,10 @@ at::Tensor cpu_view(const at::Tensor& t, c10::DataPtr data) {
   auto impl = c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), t.storage().nbytes(), std::move(data),
       c10::GetCPUAllocator(), /*resizable=*/true);
-  auto alias = at::detail::make_tensor<c10::TensorImpl>(
+  auto alias = at::detail::make_tensor<AliasImpl>(
       c10::Storage(std::move(impl)), c10::DispatchKeySet(c10::DispatchKey::CPU),
       t.dtype());
-  alias.unsafeGetTensorImpl()->set_sizes_and_strides(
-      t.sizes(), t.strides(), t.storage_offset());
+  static_cast<AliasImpl*>(alias.unsafeGetTensorImpl())->copy_layout(*t.unsafeGetTensorImpl());
   if (t.is_conj()) {
     alias._set_conj(true);
   }
@@ -42,28 +66,41 @@ at::Tensor cpu_view(const at::Tensor& t, c10::DataPtr data) {
 // were a third of the fast path's own cost on a small op (two heap objects
 // made and freed per argument). A storage's search starts at the shell its
 // address hashes to, so a tensor used again (weights, a cache, a loop's
-// operands) usually finds the shell still pointing at its bytes.
+// operands) usually finds the shell still pointing at its bytes. A lent shell
+// is marked, not referenced: its reference count stays 1 unless something
+// else (a result viewing it) still holds it, which also keeps it out of use.
 class AliasPool {
  public:
-  at::Tensor acquire(const at::Tensor& t) {
+  const at::Tensor* lend(const at::Tensor& t, uint32_t& lent) {
     const c10::Storage& neuron = t.storage();
     const size_t home = (reinterpret_cast<uintptr_t>(neuron.unsafeGetStorageImpl()) >> 4) % kShells;
     for (size_t k = 0; k < kShells; ++k) {
-      at::Tensor& shell = shells_[(home + k) % kShells];
+      const size_t i = (home + k) % kShells;
+      const uint32_t bit = uint32_t{1} << i;
+      at::Tensor& shell = shells_[i];
+      if ((lent_ & bit) != 0) {
+        continue; // in use by a call still running (nested or listed twice)
+      }
       if (!shell.defined()) {
         shell = unowned_cpu_alias(t);
       } else if (shell.use_count() == 1 && storage_of(shell).use_count() == 1) {
         repoint(shell, t, neuron);
       } else {
-        continue; // in use by a call still running (nested or listed twice)
+        continue; // held beyond its call
       }
-      return shell;
+      lent_ |= bit;
+      lent |= bit;
+      return &shell;
     }
-    return unowned_cpu_alias(t); // more aliases alive at once than shells
+    return nullptr; // more aliases alive at once than shells
+  }
+
+  void give_back(uint32_t lent) {
+    lent_ &= ~lent;
   }
 
  private:
-  static constexpr size_t kShells = 32;
+  static constexpr size_t kShells = 32; // one bit each in a lent mask
 
   // A shell is a plain CPU tensor we made: its storage needs no virtual call.
   static const c10::Storage& storage_of(const at::Tensor& shell) {
@@ -106,7 +143,7 @@ class AliasPool {
       impl->set_storage_and_dtype(storage_of(shell), source->dtype());
     }
     if (!same_layout(*impl, *source)) {
-      impl->set_sizes_and_strides(source->sizes(), source->strides(), source->storage_offset());
+      static_cast<AliasImpl*>(impl)->copy_layout(*source); // every shell is one (cpu_view)
     }
     if (impl->is_conj() != source->is_conj()) {
       impl->_set_conj(source->is_conj());
@@ -117,6 +154,7 @@ class AliasPool {
   }
 
   std::array<at::Tensor, kShells> shells_;
+  uint32_t lent_ = 0;
 };
 
 } // namespace
@@ -142,9 +180,15 @@ at::Tensor unowned_cpu_alias(const at::Tensor& t) {
   return cpu_view(t, c10::DataPtr(t.storage().mutable_data(), c10::Device(c10::DeviceType::CPU)));
 }
 
-at::Tensor call_cpu_alias(const at::Tensor& t) {
+const at::Tensor* lend_call_cpu_alias(const at::Tensor& t, uint32_t& lent) {
   AliasPool* pool = PerThread<AliasPool>::get();
-  return pool != nullptr ? pool->acquire(t) : unowned_cpu_alias(t);
+  return pool != nullptr ? pool->lend(t, lent) : nullptr;
+}
+
+void return_call_cpu_aliases(uint32_t lent) {
+  if (AliasPool* pool = PerThread<AliasPool>::get()) { // lent on this thread
+    pool->give_back(lent);
+  }
 }
 
 at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index) {
@@ -163,7 +207,7 @@ at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index) {
   return out;
 }
 
-at::Tensor adopt_cpu_result(const at::Tensor& cpu, c10::DeviceIndex index) {
+at::Tensor adopt_cpu_result(at::Tensor&& cpu, c10::DeviceIndex index) {
   auto* impl = cpu.defined() ? cpu.unsafeGetTensorImpl() : nullptr;
   // Only a plain dense CPU tensor that nobody else can observe changes device
   // in place; anything else (shared, a wrapped number, extra dispatch keys
@@ -178,9 +222,13 @@ at::Tensor adopt_cpu_result(const at::Tensor& cpu, c10::DeviceIndex index) {
     return adopt_cpu_tensor(cpu, index);
   }
   adopt_cpu_storage_in_place(*storage->unsafeGetStorageImpl(), index);
-  impl->set_storage_keep_dtype(*storage); // the tensor's device follows its storage
+  // The tensor's cached device follows its storage when the storage is set
+  // again: moved out and back, as a copy would count a reference up and down
+  // (two atomic operations on every result).
+  c10::Storage own = std::move(const_cast<c10::Storage&>(*storage));
+  impl->set_storage_keep_dtype(std::move(own));
   impl->_change_backend_component_keys(c10::Device(kNeuron, index));
-  return cpu;
+  return std::move(cpu);
 }
 
 c10::Storage take_cpu_memory(c10::StorageImpl& cpu, c10::DeviceIndex index) {

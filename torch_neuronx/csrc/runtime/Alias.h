@@ -13,15 +13,21 @@ at::Tensor cpu_alias(const at::Tensor& t);
 at::Tensor unowned_cpu_alias(const at::Tensor& t);
 // The view for one unboxed op call (the fast path, aten/native/FastPath.h):
 // like unowned_cpu_alias, but the CPU tensor and storage objects are recycled
-// from a per-thread pool instead of allocated. Valid while the caller keeps
-// `t` alive; the kernel it is passed to must not keep it after returning.
-at::Tensor call_cpu_alias(const at::Tensor& t);
+// from a per-thread pool instead of allocated, and lent without a reference
+// (counting one up and down is two atomic operations per argument): its bit
+// is set in `lent`, and return_call_cpu_aliases(lent) gives back every alias
+// a call was lent. Valid while the caller keeps `t` alive; the kernel it is
+// passed to must not keep it after returning. nullptr when every recycled
+// alias is lent (the caller makes its own).
+const at::Tensor* lend_call_cpu_alias(const at::Tensor& t, uint32_t& lent);
+void return_call_cpu_aliases(uint32_t lent);
 // The inverse: a neuron tensor taking ownership of a CPU tensor's storage.
 at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index);
 // The same for a tensor an ATen CPU kernel just returned: when the caller's
-// handle is its only reference, that tensor itself becomes the neuron tensor
-// (no new tensor or storage objects); otherwise as adopt_cpu_tensor.
-at::Tensor adopt_cpu_result(const at::Tensor& cpu, c10::DeviceIndex index);
+// handle (moved in) is its only reference, that tensor itself becomes the
+// neuron tensor (no new tensor or storage objects); otherwise as
+// adopt_cpu_tensor.
+at::Tensor adopt_cpu_result(at::Tensor&& cpu, c10::DeviceIndex index);
 // A new neuron storage of `index` holding the memory of a CPU storage nothing
 // else references (which is left empty): an out= buffer a kernel grew.
 c10::Storage take_cpu_memory(c10::StorageImpl& cpu, c10::DeviceIndex index);

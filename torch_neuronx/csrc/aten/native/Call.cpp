@@ -36,12 +36,18 @@ void CallState::note_other(const at::Tensor& t) {
   cpu_tensor_mixed_ |= t.defined() && t.device().is_cpu() && t.dim() > 0;
 }
 
-at::Tensor CallState::alias(const at::Tensor& t, bool is_write) {
+c10::MaybeOwned<at::Tensor> CallState::alias(const at::Tensor& t, bool is_write) {
   note_device(t.device());
-  at::Tensor a = aten_kernel_ ? call_cpu_alias(t) : cpu_alias(t);
+  const at::Tensor* lent = aten_kernel_ ? lend_call_cpu_alias(t, lent_) : nullptr;
+  c10::MaybeOwned<at::Tensor> a;
+  if (lent != nullptr) {
+    a = c10::MaybeOwned<at::Tensor>::borrowed(*lent);
+  } else {
+    a = c10::MaybeOwned<at::Tensor>::owned(aten_kernel_ ? unowned_cpu_alias(t) : cpu_alias(t));
+  }
   // An alias is a plain CPU tensor made here: its storage needs no virtual call.
-  auto* storage = a.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
-  by_tensor_.emplace_back(a.unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
+  auto* storage = a->unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  by_tensor_.emplace_back(a->unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
   by_storage_.emplace_back(storage, t.unsafeGetTensorImpl());
   if (is_write) {
     // A strict-mode failure must lose nothing: keep what a 64-bit argument
@@ -49,7 +55,7 @@ at::Tensor CallState::alias(const at::Tensor& t, bool is_write) {
     const auto type = t.scalar_type();
     const bool keep = narrowing_mode() == 2 && (type == at::kLong || type == at::kDouble);
     written_.push_back({t.unsafeGetTensorImpl(), a, storage, storage->mutable_data(),
-                        keep ? a.clone() : at::Tensor()});
+                        keep ? a->clone() : at::Tensor()});
   }
   return a;
 }
@@ -63,7 +69,7 @@ void CallState::check_devices(const c10::OperatorName& op) const {
       "! (while running ", op, " on the neuron device)");
 }
 
-at::Tensor CallState::to_neuron(const at::Tensor& out) {
+at::Tensor CallState::to_neuron(at::Tensor&& out) {
   if (!out.defined()) {
     return out;
   }
@@ -114,7 +120,7 @@ at::Tensor CallState::to_neuron(const at::Tensor& out) {
                                out.options().device(kNeuron, index));
     cpu_alias(result).copy_(out);
   } else {
-    result = aten_kernel_ ? adopt_cpu_result(out, index) : adopt_cpu_tensor(out, index);
+    result = aten_kernel_ ? adopt_cpu_result(std::move(out), index) : adopt_cpu_tensor(out, index);
     adopted_.emplace_back(storage, result.unsafeGetTensorImpl());
   }
   if (needs_narrowing(result.dtype())) {
@@ -127,8 +133,8 @@ void CallState::restore_written_args() {
   for (auto& w : written_) {
     // Memory the kernel moved to a fresh buffer was never written; the
     // original still holds its old values.
-    const bool moved = w.alias.storage().unsafeGetStorageImpl() != w.alias_storage ||
-        w.alias.storage().mutable_data() != w.alias_data;
+    const bool moved = w.alias->storage().unsafeGetStorageImpl() != w.alias_storage ||
+        w.alias->storage().mutable_data() != w.alias_data;
     if (w.before.defined() && !moved) {
       cpu_alias(retain(w.original)).copy_(w.before);
     }
@@ -141,7 +147,7 @@ void CallState::sync_written_args() {
       try {
         // Raises in strict mode before changing anything; narrows nothing
         // here (narrow mode keeps no copy).
-        narrow_64bit_inplace(w.alias);
+        narrow_64bit_inplace(*w.alias);
       } catch (...) {
         restore_written_args();
         throw;
@@ -149,7 +155,7 @@ void CallState::sync_written_args() {
     }
   }
   for (auto& w : written_) {
-    auto& alias = w.alias;
+    const at::Tensor& alias = *w.alias;
     auto* original = w.original;
     const bool moved = alias.storage().unsafeGetStorageImpl() != w.alias_storage ||
         alias.storage().mutable_data() != w.alias_data;

@@ -16,6 +16,7 @@
 #include "runtime/Device.h"
 
 #include <ATen/core/operator_name.h>
+#include <c10/util/MaybeOwned.h>
 #include <c10/util/SmallVector.h>
 
 namespace torch_neuronx {
@@ -29,10 +30,18 @@ class CallState {
   // (adopt_cpu_result). Other kernels (the fallback's, possibly Python) get
   // aliases and results of their own.
   explicit CallState(bool aten_kernel = false) : aten_kernel_(aten_kernel) {}
+  ~CallState() {
+    if (lent_ != 0) {
+      return_call_cpu_aliases(lent_);
+    }
+  }
+  CallState(const CallState&) = delete;
+  CallState& operator=(const CallState&) = delete;
 
   // A CPU alias of the neuron tensor `t` (which must outlive this state).
-  // `is_write`: the op may write the argument (in-place, out=).
-  at::Tensor alias(const at::Tensor& t, bool is_write);
+  // `is_write`: the op may write the argument (in-place, out=). Borrowed
+  // (valid while this state lives) when it is a recycled one.
+  c10::MaybeOwned<at::Tensor> alias(const at::Tensor& t, bool is_write);
   // Record a device an argument asks for (e.g. a `device=` argument).
   void note_device(c10::Device d);
   // A non-neuron tensor argument: only 0-dim CPU tensors may be mixed in.
@@ -48,14 +57,16 @@ class CallState {
   // In strict 64-bit mode a value out of range raises with every written
   // argument as it was before the call.
   void sync_written_args();
-  // Map one returned CPU tensor back to the device. The caller keeps the
-  // result alive until every result of the call is mapped.
-  at::Tensor to_neuron(const at::Tensor& out);
+  // Map one returned CPU tensor back to the device (moved in: a result
+  // nothing else holds becomes the neuron tensor without a reference count
+  // changing). The caller keeps the result alive until every result of the
+  // call is mapped.
+  at::Tensor to_neuron(at::Tensor&& out);
 
  private:
   struct WrittenArg {
     c10::TensorImpl* original;
-    at::Tensor alias;
+    c10::MaybeOwned<at::Tensor> alias;
     c10::StorageImpl* alias_storage;
     void* alias_data;
     // Strict 64-bit mode only: the values before the kernel wrote them.
@@ -72,6 +83,7 @@ class CallState {
   c10::SmallVector<std::pair<c10::TensorImpl*, c10::TensorImpl*>, 4> by_tensor_;
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::TensorImpl*>, 4> by_storage_;
   c10::SmallVector<WrittenArg, 2> written_;
+  uint32_t lent_ = 0; // recycled aliases (Alias.h), given back at the end
   // Results already adopted, so a second result viewing the same fresh memory
   // (e.g. a tuple of views of one buffer) becomes a view, not a second owner.
   // Unowned: the caller holds every mapped result until the call returns.

@@ -86,7 +86,7 @@ void alias_arguments(FallbackCall& call) {
     if (value.isTensor()) {
       if (is_neuron(value.toTensor())) {
         call.originals.push_back(std::move(value).toTensor());
-        value = state.alias(call.originals.back(), is_write);
+        value = *state.alias(call.originals.back(), is_write);
       } else {
         state.note_other(value.toTensor());
       }
@@ -95,7 +95,7 @@ void alias_arguments(FallbackCall& call) {
       for (size_t j = 0; j < list.size(); ++j) {
         at::Tensor t = list.get(j);
         if (is_neuron(t)) {
-          list.set(j, state.alias(t, is_write));
+          list.set(j, *state.alias(t, is_write));
           call.originals.push_back(std::move(t));
         } else {
           state.note_other(t);
@@ -110,7 +110,7 @@ void alias_arguments(FallbackCall& call) {
         // Python indexing (x[:, idx]) passes undefined tensors, not None,
         // for the sliced dimensions: they have no device to ask for.
         if (element.isTensor() && is_neuron(element.toTensor())) {
-          list.set(j, state.alias(element.toTensor(), is_write));
+          list.set(j, *state.alias(element.toTensor(), is_write));
           call.originals.push_back(std::move(element).toTensor());
         }
       }
@@ -151,11 +151,11 @@ void map_results(FallbackCall& call) {
   for (size_t i = stack.size() - num_returns; i < stack.size(); ++i) {
     auto& value = stack[i];
     if (value.isTensor()) {
-      value = call.state.to_neuron(value.toTensor());
+      value = call.state.to_neuron(at::Tensor(value.toTensor())); // the stack keeps it too
     } else if (value.isTensorList()) {
       auto list = value.toTensorList();
       for (size_t j = 0; j < list.size(); ++j) {
-        list.set(j, call.state.to_neuron(list.get(j)));
+        list.set(j, call.state.to_neuron(at::Tensor(list.get(j))));
       }
     }
   }

@@ -96,21 +96,21 @@ struct Slot {
 
 template <>
 struct Slot<const at::Tensor&> {
-  at::Tensor alias;
+  c10::MaybeOwned<at::Tensor> alias;
   const at::Tensor& map(CallState& state, const at::Tensor& t, bool written) {
     if (!is_neuron(t)) {
       state.note_other(t);
       return t;
     }
     alias = state.alias(t, written);
-    return alias;
+    return *alias;
   }
 };
 
 // Mutable arguments (in-place `self`, out=): the result is this same tensor.
 template <>
 struct Slot<at::Tensor&> {
-  at::Tensor alias;
+  c10::MaybeOwned<at::Tensor> alias;
   at::Tensor* original = nullptr;
   at::Tensor& map(CallState& state, at::Tensor& t, bool) {
     if (!is_neuron(t)) {
@@ -119,7 +119,9 @@ struct Slot<at::Tensor&> {
     }
     alias = state.alias(t, /*is_write=*/true);
     original = &t;
-    return alias;
+    // The kernel's signature takes a mutable handle; ATen's in-place and
+    // out= kernels change the tensor behind it, never the handle itself.
+    return const_cast<at::Tensor&>(*alias);
   }
 };
 
@@ -134,7 +136,7 @@ struct Slot<const std::optional<at::Tensor>&> {
       }
       return t;
     }
-    alias = state.alias(*t, written);
+    alias = *state.alias(*t, written);
     return alias;
   }
 };
@@ -145,7 +147,7 @@ std::vector<at::Tensor> map_list(CallState& state, const List& list, bool writte
   out.reserve(list.size());
   for (const at::Tensor& t : list) {
     if (is_neuron(t)) {
-      out.push_back(state.alias(t, written));
+      out.push_back(*state.alias(t, written));
     } else {
       state.note_other(t);
       out.push_back(t);
@@ -185,7 +187,7 @@ struct Slot<const c10::List<std::optional<at::Tensor>>&> {
     for (size_t j = 0; j < list.size(); ++j) {
       std::optional<at::Tensor> t = list.get(j);
       if (t.has_value() && t->defined() && is_neuron(*t)) {
-        out.push_back(state.alias(*t, written));
+        out.push_back(*state.alias(*t, written));
       } else {
         out.push_back(std::move(t));
       }
@@ -225,7 +227,7 @@ class Call {
     return nullptr;
   }
   static at::Tensor* original(Slot<at::Tensor&>& slot, const at::Tensor& result) {
-    return slot.original != nullptr && slot.alias.is_same(result) ? slot.original : nullptr;
+    return slot.original != nullptr && slot.alias->is_same(result) ? slot.original : nullptr;
   }
 
   const std::array<bool, N>& written_;
@@ -241,7 +243,7 @@ template <>
 struct ResultMapper<at::Tensor> {
   template <class C>
   static at::Tensor map(C& call, at::Tensor&& r) {
-    return call.state.to_neuron(r);
+    return call.state.to_neuron(std::move(r));
   }
 };
 
@@ -258,7 +260,7 @@ struct ResultMapper<std::vector<at::Tensor>> {
   template <class C>
   static std::vector<at::Tensor> map(C& call, std::vector<at::Tensor>&& r) {
     for (auto& t : r) {
-      t = call.state.to_neuron(t);
+      t = call.state.to_neuron(std::move(t));
     }
     return std::move(r);
   }
@@ -270,7 +272,7 @@ struct ResultMapper<std::tuple<Ts...>> {
   template <class C>
   static std::tuple<Ts...> map(C& call, std::tuple<Ts...>&& r) {
     return std::apply(
-        [&](auto&... t) { return std::tuple<Ts...>(call.state.to_neuron(t)...); }, r);
+        [&](auto&... t) { return std::tuple<Ts...>(call.state.to_neuron(std::move(t))...); }, r);
   }
 };
 

@@ -96,7 +96,7 @@ at::Tensor scalar_tensor(
   TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided,
               "neuron tensors support only the strided layout, got ", *layout);
   at::Tensor value = at::detail::scalar_tensor_static(s, type, at::kCPU);
-  at::Tensor t = adopt_cpu_result(value, index_of(device));
+  at::Tensor t = adopt_cpu_result(std::move(value), index_of(device));
   Fill::account(t, s);
   return t;
 }
@@ -133,7 +133,7 @@ at::Tensor arange(
       !(type == at::kLong && ends_fit_in_int32(out))) {
     narrow_64bit_inplace(out); // strict mode raises here, before anything is charged
   }
-  return adopt_cpu_result(out, index);
+  return adopt_cpu_result(std::move(out), index);
 }
 
 at::Tensor arange_end(
