@@ -94,13 +94,13 @@ def _conj(a: _Pair) -> _Pair:
 
 def _to_copy(a: Any, dtype: torch.dtype | None = None, **kwargs: Any) -> Any:
     """A dtype conversion into, out of or between complex dtypes (the real part when leaving)."""
-    kwargs.pop("memory_format", None)
+    kwargs.pop("memory_format", None)  # a layout of the complex tensor, not of its pairs
     if not isinstance(a, _Pair):
-        real = a.to(dtype=_REAL_OF[dtype], **kwargs)
+        real = aten._to_copy.default(a, dtype=_REAL_OF[dtype], **kwargs)
         return _of(real, torch.zeros_like(real))
     if dtype is None or dtype.is_complex:
-        return _Pair(a.pair.to(dtype=_REAL_OF.get(dtype), **kwargs))
-    return a.re.to(dtype=dtype, **kwargs)
+        return _Pair(aten._to_copy.default(a.pair, dtype=_REAL_OF.get(dtype), **kwargs))
+    return aten._to_copy.default(a.re, dtype=dtype, **kwargs)
 
 
 def _sizes(sizes: Sequence[int]) -> list:
