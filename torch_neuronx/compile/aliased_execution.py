@@ -33,17 +33,26 @@ def alias_runner(
     compiled: Callable[[list], Sequence[Any]],
     devices: Sequence[torch.device | None],
     executed: Callable[[], None] = lambda: None,
+    lazy_views: Sequence[int] = (),
 ) -> Callable[[list], list]:
     """A boxed callable running ``compiled`` (CPU code) on neuron arguments;
     ``devices`` are its outputs' devices (None: not a tensor); ``executed()`` is
-    called after each run (the projection counts graph runs)."""
+    called after each run (the projection counts graph runs). The outputs at
+    ``lazy_views`` (a complex conjugate or negation left as a view bit: a forward
+    saving ``_conj`` for its backward) are materialized first: adoption keeps the
+    memory, not the bit."""
     inputs = _C._GraphInputs(list(devices))
 
     def run(args: list) -> list:
         start = time.perf_counter()
         cpu_args, call = inputs.alias(args)  # `call` holds the neuron inputs until the end
         args.clear()
-        result = call.results(compiled(cpu_args))
+        outputs = compiled(cpu_args)
+        if lazy_views:
+            outputs = list(outputs)
+        for i in lazy_views:
+            outputs[i] = outputs[i].resolve_conj().resolve_neg()
+        result = call.results(outputs)
         METRICS.add_execution(time.perf_counter() - start)
         executed()
         return result

@@ -38,7 +38,8 @@ from ..accounting import projected
 from ..runtime.errors import first_line
 from ..runtime.log import get_logger
 from ..runtime.settings import get_flag
-from . import artifacts, cache, device_interface, failed_backward, kernel_lowering, passes, stablehlo
+from . import (artifacts, cache, complex_decompose, device_interface, failed_backward, kernel_lowering, passes,
+               stablehlo)
 from .aliased_execution import alias_runner
 from .index_put import index_put_as_scatter
 from ..projection import graph_compile_seconds
@@ -122,6 +123,8 @@ def _lower(gm: torch.fx.GraphModule, record: NeuronCompilationMetrics) -> stable
     if not get_flag("TORCHNEURON_LOWER_GRAPHS"):
         record.lowering = "not checked (TORCHNEURON_LOWER_GRAPHS=0)"
         return None
+    if get_flag("TORCH_NEURONX_COMPLEX_DECOMPOSE") and complex_decompose.has_complex_values(gm):
+        gm = complex_decompose.as_real_pairs(gm)  # the graph lowered only: Inductor runs the complex one
     custom_calls = stablehlo.custom_calls_in(gm)
     if custom_calls:
         record.lowering = (f"not checked (custom calls {', '.join(custom_calls)}: the real product "
@@ -208,7 +211,8 @@ def _compile_aot_graph(
                 gm, cpu_inputs, is_inference=is_inference, is_backward=is_backward
             )
         record.torch_neuronx_compile_us = _us_since(codegen_start)
-        runner = alias_runner(compiled, devices, executed)
+        runner = alias_runner(compiled, devices, executed, lazy_views=[
+            i for i, v in enumerate(_graph_outputs(gm)) if isinstance(v, torch.Tensor) and (v.is_conj() or v.is_neg())])
     except Exception as exc:
         if eager_graph is None:
             if is_backward:  # raised on the device's autograd thread (compile/failed_backward.py)

@@ -165,6 +165,11 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        "that a graph would compile on Trainium, the graph key hashes the FX code, no StableHLO op counts "
        "or artifacts; records say `not checked (TORCHNEURON_LOWER_GRAPHS=0)` ([compile](compile.md))",
        "ours", "compile/backend.py"),
+    _S("TORCH_NEURONX_COMPLEX_DECOMPOSE", "flag", True,
+       "`0`: complex values of a compiled graph reach torch-mlir as they are (no lowering for complex "
+       "arithmetic); `1` rewrites the graph lowered in real pairs, the graph run stays complex "
+       "([compile](compile.md#complex-values))", "product", "compile/backend.py",
+       default_text="`1` (Neuron 2.33 docs: on with PyTorch >= 2.13)"),
     _S("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", "flag", False,
        "`1`: write each compiled graph's StableHLO to `TORCH_NEURONX_DEBUG_DIR`", "product",
        "compile/stablehlo.py"),
