@@ -126,7 +126,7 @@ def queue_lane_jobs(module: str, fixtures: Iterable[str]) -> None:
             background.queue((module, name), *_lane_jobs[(module, name)])
 
 
-IN_CHILD_ENV = "TORCHNEURON_TESTS_IN_CHILD"
+IN_CHILD_ENV = "PYTEST_IN_CHILD_SESSION"  # the suite's own, not a project setting
 """Set in a child pytest running a ``child_process`` module's tests: there they run as written."""
 
 def child_pytest(rootdir: Path, nodeids: list[str], environ: dict[str, str]) -> dict:
