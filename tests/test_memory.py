@@ -217,6 +217,33 @@ def test_host_memory_of_large_results_is_reused_not_refaulted():
     assert _pool()["cached_bytes"] == 0
 
 
+def test_host_memory_of_small_results_is_reused_from_the_threads_cache():
+    """A freed small result's host block serves the next result of its size class (5,000 and
+    5,120 bytes share one), where glibc would look elsewhere; the emulated HBM counts every
+    byte as before."""
+    a = torch.randn(1250, device="neuron")  # 5,000 bytes
+    b = torch.randn(1280, device="neuron")  # 5,120 bytes
+    base = torch.neuron.memory_allocated()
+    torch.neuron.reset_peak_memory_stats()
+    x = a * 2
+    fence = a * 3  # allocated after x: x's block is not the top of glibc's heap
+    block = x.data_ptr()
+    del x
+    y = b * 2
+    assert y.data_ptr() == block
+    assert torch.equal(y.cpu(), b.cpu() * 2) and torch.equal(fence.cpu(), a.cpu() * 3)
+    assert torch.neuron.memory_allocated() == base + 5000 + 5120
+    assert torch.neuron.max_memory_allocated() == base + 5000 + 5120
+    assert torch.neuron.memory_reserved() == torch.neuron.memory_allocated()
+    # A block freed on another thread joins that thread's cache; nothing is lost or counted twice.
+    moved = [b * 4]
+    thread = threading.Thread(target=moved.clear)
+    thread.start()
+    thread.join()
+    assert torch.neuron.memory_allocated() == base + 5000 + 5120
+    assert torch.equal((b * 4).cpu(), b.cpu() * 4)
+
+
 def test_host_pool_limit_from_environment():
     code = (
         "import torch, torch_neuronx\n"

@@ -78,7 +78,8 @@ def empty_cache() -> None:
     """Return the host memory kept for reuse to the system.
 
     Emulated HBM is not cached (reserved == allocated); the host blocks behind
-    large tensors are (``TORCHNEURON_HOST_POOL_MB``, csrc/runtime/HostPool.cpp).
+    large tensors are (``TORCHNEURON_HOST_POOL_MB``, csrc/runtime/HostPool.cpp),
+    and small ones per thread (this thread's are returned too).
     """
     torch.accelerator.empty_cache()  # the allocator's emptyCache empties the pool
 

@@ -116,7 +116,8 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        "(CPU's rules, incl. `torch.nn.attention.sdpa_kernel`); `0`: always the math decomposition "
        "([device](device.md))", "product", "neuron/__init__.py → csrc/aten/native/Attention.cpp"),
     _S("TORCHNEURON_HOST_POOL_MB", "int", 1024,
-       "most host memory (MiB) kept in the pool of freed large-tensor blocks for reuse; `0`: none kept "
+       "most host memory (MiB) kept in the pool of freed large-tensor blocks for reuse; `0`: none kept, "
+       "nor small blocks cached per thread "
        "([device](device.md#memory))", "ours", "neuron/__init__.py → csrc/runtime/HostPool.cpp", minimum=0),
     # --- caches (runtime/cache_dirs.py) ------------------------------------
     _S("TORCH_NEURONX_NEFF_CACHE_DIR", "str", None,

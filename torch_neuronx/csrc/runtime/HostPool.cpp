@@ -1,4 +1,4 @@
-// A caching pool for the host memory behind large neuron tensors.
+// A caching pool for the host memory behind neuron tensors.
 //
 // Device memory is host memory, and most of it is allocated by the CPU
 // kernels that run neuron ops (their results are adopted, see aten/native/Call.h).
@@ -9,13 +9,22 @@
 // reuse instead, as CUDA's caching allocator and the Neuron runtime do.
 //
 // While a neuron op runs its CPU kernel (HostPoolScope, set by the fallback
-// and the fast path), the process's CPU allocator serves large requests from
-// this pool; every other CPU allocation goes to PyTorch's default allocator
-// unchanged. The device allocator takes its large blocks from here too.
-// Freed blocks are kept per rounded size up to a byte limit
-// (TORCHNEURON_HOST_POOL_MB); torch.neuron.empty_cache() returns them to the
-// system. This is host-side caching only: the emulated HBM accounting
-// (allocated == reserved) does not change.
+// and the fast path), the process's CPU allocator serves its requests from
+// here; every other CPU allocation goes to PyTorch's default allocator
+// unchanged. The device allocator takes its blocks from here too. Two tiers:
+//
+// - Large blocks (>= 256 KiB) are kept per rounded size in one process-wide
+//   pool up to a byte limit (TORCHNEURON_HOST_POOL_MB).
+// - Small blocks (1 KiB to 256 KiB, e.g. a 64x64 result) are kept per size
+//   class in a cache of each thread: glibc serves these sizes from its
+//   unsorted bins (no tcache above 1 KiB), about 1,300 instructions for a
+//   malloc and free, a tenth of a small op; a thread's cache gives back the
+//   block it freed last, without a lock.
+//
+// torch.neuron.empty_cache() returns the pool's blocks, and the calling
+// thread's, to the system; TORCHNEURON_HOST_POOL_MB=0 keeps none. This is
+// host-side caching only: the emulated HBM accounting (allocated ==
+// reserved) does not change.
 #include "runtime/HostPool.h"
 #include "runtime/Fork.h"
 #include "runtime/PerThread.h"
@@ -23,9 +32,11 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <random>
 #include <mutex>
 #include <unordered_set>
 #include <vector>
@@ -157,6 +168,137 @@ HostPool& pool() {
 
 const bool g_fork_handler = on_fork_child([] { pool().after_fork(); });
 
+// ---- small blocks: a cache per thread --------------------------------------
+
+// At or below this glibc's per-thread cache (tcache) is as fast as ours.
+constexpr size_t kMinCachedBytes = 1024;
+// Four classes per doubling (sizes rounded up by at most a quarter): 32
+// classes from 1 KiB to the pool's 256 KiB.
+constexpr int kClassesPerDoubling = 4;
+constexpr int kFirstShift = 10; // the first doubling: (1 KiB, 2 KiB]
+constexpr int kClasses = 32;
+static_assert(size_t{1} << (kFirstShift + kClasses / kClassesPerDoubling) == kMinPooledBytes);
+
+// Ahead of each cached block, like the pool's: its class, and a tag that
+// lets raw_deallocate() (which has only the pointer) tell our blocks from
+// the default allocator's: the block's address keyed with a per-process
+// secret, which another allocator's bytes match only by a 1 in 2^64 chance.
+struct SmallHeader {
+  uint64_t tag;
+  int32_t size_class;
+};
+static_assert(sizeof(SmallHeader) <= kHeader);
+
+uint64_t tag_secret() {
+  static const uint64_t secret = [] {
+    std::random_device seed;
+    return (uint64_t{seed()} << 32) ^ seed() ^ 0x9e3779b97f4a7c15ULL;
+  }();
+  return secret;
+}
+
+uint64_t tag_of(const void* payload) {
+  return reinterpret_cast<uintptr_t>(payload) ^ tag_secret();
+}
+
+SmallHeader* small_header_of(void* payload) {
+  return reinterpret_cast<SmallHeader*>(static_cast<char*>(payload) - kHeader);
+}
+
+bool cached_size(size_t nbytes) {
+  return nbytes > kMinCachedBytes && nbytes < kMinPooledBytes;
+}
+
+// The class of a size in (1 KiB, 256 KiB): doubling k (nbytes in
+// (2^k, 2^(k+1)]), quarter q of it (1..4).
+int class_of(size_t nbytes) {
+  const int k = 63 - __builtin_clzll(nbytes - 1);
+  const int quarter_shift = k - 2;
+  const size_t q = (nbytes - (size_t{1} << k) + (size_t{1} << quarter_shift) - 1) >> quarter_shift;
+  return (k - kFirstShift) * kClassesPerDoubling + static_cast<int>(q) - 1;
+}
+
+size_t class_bytes(int size_class) {
+  const int k = kFirstShift + size_class / kClassesPerDoubling;
+  const size_t q = static_cast<size_t>(size_class % kClassesPerDoubling) + 1;
+  return (size_t{1} << k) + (q << (k - 2));
+}
+
+// Off when TORCHNEURON_HOST_POOL_MB is 0 (no host memory kept).
+std::atomic<bool> g_small_cache_on{true};
+
+class SmallBlocks {
+ public:
+  // Up to kDepth freed blocks per class, and kMaxBytes in all, per thread.
+  static constexpr int kDepth = 16;
+  static constexpr size_t kMaxBytes = size_t{8} << 20;
+
+  ~SmallBlocks() {
+    empty();
+  }
+
+  void* take(int size_class) {
+    auto& stack = blocks_[size_class];
+    if (counts_[size_class] == 0) {
+      return nullptr;
+    }
+    bytes_ -= class_bytes(size_class);
+    return stack[--counts_[size_class]];
+  }
+
+  // Whether the cache kept `payload` (of `size_class`).
+  bool keep(void* payload, int size_class) {
+    const size_t size = class_bytes(size_class);
+    if (counts_[size_class] == kDepth || bytes_ + size > kMaxBytes) {
+      return false;
+    }
+    blocks_[size_class][counts_[size_class]++] = payload;
+    bytes_ += size;
+    return true;
+  }
+
+  void empty() {
+    for (int c = 0; c < kClasses; ++c) {
+      while (counts_[c] > 0) {
+        c10::free_cpu(static_cast<char*>(blocks_[c][--counts_[c]]) - kHeader);
+      }
+    }
+    bytes_ = 0;
+  }
+
+ private:
+  std::array<std::array<void*, kDepth>, kClasses> blocks_{};
+  std::array<int, kClasses> counts_{};
+  size_t bytes_ = 0;
+};
+
+void* small_allocate(size_t nbytes) {
+  const int size_class = class_of(nbytes);
+  SmallBlocks* cache = PerThread<SmallBlocks>::get();
+  if (cache != nullptr) {
+    if (void* payload = cache->take(size_class)) {
+      return payload;
+    }
+  }
+  auto* base = static_cast<char*>(c10::alloc_cpu(class_bytes(size_class) + kHeader));
+  void* payload = base + kHeader;
+  *small_header_of(payload) = {tag_of(payload), size_class};
+  return payload;
+}
+
+void small_release(void* payload) {
+  const int size_class = small_header_of(payload)->size_class;
+  SmallBlocks* cache = PerThread<SmallBlocks>::get();
+  if (cache == nullptr || !g_small_cache_on.load(std::memory_order_relaxed) ||
+      !cache->keep(payload, size_class)) {
+    c10::free_cpu(static_cast<char*>(payload) - kHeader);
+  }
+}
+
+bool is_small_block(void* data) {
+  return data != nullptr && small_header_of(data)->tag == tag_of(data);
+}
+
 void release_pooled(void* payload) {
   pool().release(payload);
 }
@@ -165,6 +307,8 @@ void release_pooled(void* payload) {
 void release_raw(void* data) {
   if (pool().owns(data)) {
     pool().release(data);
+  } else if (is_small_block(data)) {
+    small_release(data);
   } else {
     c10::free_cpu(data);
   }
@@ -182,11 +326,18 @@ class ScopedPoolAllocator final : public c10::Allocator {
   explicit ScopedPoolAllocator(c10::Allocator* fallback) : fallback_(fallback) {}
 
   c10::DataPtr allocate(size_t nbytes) override {
-    if (t_scope_depth == 0 || !HostPool::pooled(nbytes)) {
+    if (t_scope_depth == 0) {
       return fallback_->allocate(nbytes);
     }
-    void* payload = pool().allocate(nbytes);
-    return {payload, payload, &release_pooled, c10::Device(c10::DeviceType::CPU)};
+    if (HostPool::pooled(nbytes)) {
+      void* payload = pool().allocate(nbytes);
+      return {payload, payload, &release_pooled, c10::Device(c10::DeviceType::CPU)};
+    }
+    if (cached_size(nbytes)) {
+      void* payload = small_allocate(nbytes);
+      return {payload, payload, &small_release, c10::Device(c10::DeviceType::CPU)};
+    }
+    return fallback_->allocate(nbytes);
   }
 
   c10::DeleterFnPtr raw_deleter() const override {
@@ -214,16 +365,25 @@ HostPoolScope::~HostPoolScope() {
 void install_host_pool(int64_t limit_bytes) {
   static auto* allocator = new ScopedPoolAllocator(c10::GetCPUAllocator());
   pool().set_limit(static_cast<size_t>(std::max<int64_t>(limit_bytes, 0)));
+  g_small_cache_on.store(limit_bytes > 0, std::memory_order_relaxed);
+  if (limit_bytes <= 0) {
+    empty_host_pool();
+  }
   c10::SetCPUAllocator(allocator, /*priority=*/1);
 }
 
 void* host_pool_allocate(size_t nbytes) {
-  return HostPool::pooled(nbytes) ? pool().allocate(nbytes) : c10::alloc_cpu(nbytes);
+  if (HostPool::pooled(nbytes)) {
+    return pool().allocate(nbytes);
+  }
+  return cached_size(nbytes) ? small_allocate(nbytes) : c10::alloc_cpu(nbytes);
 }
 
 void host_pool_free(void* data, size_t nbytes) {
   if (HostPool::pooled(nbytes)) {
     pool().release(data);
+  } else if (cached_size(nbytes)) {
+    small_release(data);
   } else {
     c10::free_cpu(data);
   }
@@ -231,6 +391,9 @@ void host_pool_free(void* data, size_t nbytes) {
 
 void empty_host_pool() {
   pool().empty();
+  if (SmallBlocks* cache = PerThread<SmallBlocks>::get()) {
+    cache->empty();
+  }
 }
 
 std::vector<int64_t> host_pool_stats() {

@@ -1,4 +1,4 @@
-// The pool of host memory behind large neuron tensors (HostPool.cpp).
+// The pool of host memory behind neuron tensors (HostPool.cpp).
 #pragma once
 
 #include <cstddef>
@@ -7,7 +7,7 @@
 
 namespace torch_neuronx {
 
-// While one exists on a thread, large CPU allocations (the outputs of the CPU
+// While one exists on a thread, CPU allocations of 1 KiB and more (the outputs of the CPU
 // kernel running a neuron op) come from the pool of device host memory.
 class HostPoolScope {
  public:
