@@ -109,6 +109,11 @@ TARGETS = [
            "prefill through generate()"),
     Target("per-token latency: neuron compiled / CPU Inductor", ("neuron_compiled", "generate", "per_token_ms"),
            ("cpu_inductor", "generate", "per_token_ms"), 1.05, "compiled decode speed"),
+    # Context for the per-op rows on a shared machine: the same loops in thread CPU time.
+    *(Target(f"per-op {label}, thread CPU time: neuron eager / CPU eager", ("neuron", "ops", f"{op}_thread_us"),
+             ("cpu", "ops", f"{op}_thread_us"), None, "the row above without time other processes took")
+      for op, label in (("add", "add"), ("mul", "mul"), ("fill", "fill_"), ("mm64", "mm 64x64"),
+                        ("view_inplace", "view + in-place"))),
 ]
 
 
