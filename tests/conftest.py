@@ -83,10 +83,22 @@ def _runs_in_a_child(item) -> bool:
     return item.get_closest_marker("child_process") is not None and not os.environ.get(children.IN_CHILD_ENV)
 
 
+def _waits_for_the_lane(item) -> bool:
+    """A test using a lane fixture (``children.lane_fixture``): it takes a background job's outcome."""
+    return children.uses_lane(item.module.__name__, item.fixturenames) if hasattr(item, "module") else False
+
+
 def pytest_collection_modifyitems(items):
-    """``child_process`` modules last: their tests only read what a child pytest on the
-    background lane found, which then had the whole session to run beside the others."""
-    items.sort(key=_runs_in_a_child)  # stable: modules keep their order
+    """The modules whose tests take background-lane outcomes after the others, and
+    ``child_process`` modules last: pytest's own process would otherwise stand idle in a
+    fixture's set-up waiting for a lane job it reached too early (up to 30 s each), while the
+    lane, queued in this order, runs beside the tests before them."""
+    by_module: dict = {}  # module -> does any of its selected tests wait for the lane
+    for item in items:
+        key = getattr(item, "module", None)
+        by_module[key] = by_module.get(key, False) or _waits_for_the_lane(item)
+    # stable: modules keep their order within each group
+    items.sort(key=lambda item: (_runs_in_a_child(item), by_module[getattr(item, "module", None)]))
 
 
 def pytest_collection_finish(session):
