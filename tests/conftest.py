@@ -91,8 +91,7 @@ def _waits_for_the_lane(item) -> bool:
 def pytest_collection_modifyitems(items):
     """The modules whose tests take background-lane outcomes after the others, and
     ``child_process`` modules last: pytest's own process would otherwise stand idle in a
-    fixture's set-up waiting for a lane job it reached too early (up to 30 s each), while the
-    lane, queued in this order, runs beside the tests before them."""
+    fixture's set-up waiting for a lane job it reached too early (up to 30 s each)."""
     by_module: dict = {}  # module -> does any of its selected tests wait for the lane
     for item in items:
         key = getattr(item, "module", None)
@@ -102,13 +101,17 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_collection_finish(session):
-    """Start early what selected tests will wait for, in the order they run, for child
-    processes that need nothing from the tests before them: the jobs of a module's lane
-    fixtures (``children.lane_fixture``), a ``child_process`` module's selected tests in one
-    child pytest, and whatever the module's own ``start_early(fixtures)`` starts (called once
-    here with the fixture names its selected tests use: a wait, a child killed by its timeout).
-    Queued lane work (``children.Lane``) then runs while the tests before them run. Not on
-    ``--collect-only``."""
+    """Start early what selected tests will wait for, for child processes that need nothing
+    from the tests before them: a ``child_process`` module's selected tests in one child
+    pytest, the jobs of a module's lane fixtures (``children.lane_fixture``), and whatever the
+    module's own ``start_early(fixtures)`` starts (called once here with the fixture names its
+    selected tests use: a wait, a child killed by its timeout). Not on ``--collect-only``.
+
+    The lane (``children.Lane``) runs the child pytests first (the longest jobs, read last),
+    then the lane fixtures' jobs in the reverse of the order their modules run: pytest's own
+    process, once through the other modules, takes the jobs the lane has not begun and runs
+    them itself (``Lane.take``) while the lane works from the other end, so neither core
+    waits for the other until they meet."""
     if session.config.option.collectonly:
         return
     fixtures: dict = {}  # module -> fixture names, modules in the order they run
@@ -119,11 +122,12 @@ def pytest_collection_finish(session):
             fixtures.setdefault(module, set()).update(getattr(item, "fixturenames", ()))
             if _runs_in_a_child(item):
                 in_child.setdefault(module, []).append(item.nodeid)
-    for module, names in fixtures.items():
+    for module, nodeids in in_child.items():
+        children.background.queue(_child_key(module), children.child_pytest,
+                                   _child_arguments(session.config, nodeids))
+    for module, names in reversed(fixtures.items()):
         children.queue_lane_jobs(module.__name__, names)
-        if module in in_child:
-            children.background.queue(_child_key(module), children.child_pytest,
-                                       _child_arguments(session.config, in_child[module]))
+    for module, names in fixtures.items():
         start = getattr(module, "start_early", None)
         if start is not None:
             start(names)
