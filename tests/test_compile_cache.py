@@ -69,13 +69,9 @@ def _seed_toolchain(cache: Path, into: Path) -> None:
 
 
 def _round_trip(folder: Path, environ: dict[str, str]) -> dict:
-    """A process cold for graphs saving cache artifacts, a warm one, and one loading the
-    artifacts into an empty cache: three fresh interpreters, one after the other. The first
-    starts with the compiler set-up the session's own cache already built, if any (a dozen
-    seconds of C++ builds that say nothing about graphs)."""
+    """A cold process saving cache artifacts, a warm one, and one loading the artifacts into an
+    empty cache: three fresh interpreters, one after the other."""
     artifacts = folder / "artifacts.bin"
-    if environ.get("TORCH_NEURONX_NEFF_CACHE_DIR"):
-        _seed_toolchain(Path(environ["TORCH_NEURONX_NEFF_CACHE_DIR"]), folder / "cache")
     cold = _run(folder / "cache", "save", artifacts, environ)
     fx_graphs = any((folder / "cache" / "compile" / "fxgraph").rglob("*"))
     warm = _run(folder / "cache", "plain", artifacts, environ)
@@ -86,7 +82,8 @@ def _round_trip(folder: Path, environ: dict[str, str]) -> dict:
             "loaded": loaded}
 
 
-# The three processes need nothing from the tests before them.
+# The three processes need nothing from the tests before them (the first builds Inductor's
+# compiler set-up).
 round_trip = children.lane_fixture("round_trip", _round_trip, folder_prefix="torchneuron-compile-cache-")
 
 
