@@ -119,6 +119,11 @@ def lane_fixture(name: str, job: Callable, *, folder_prefix: str | None = None, 
 _lane_jobs: dict[tuple[str, str], tuple[Callable, Callable]] = {}
 
 
+def uses_lane(module: str, fixtures: Iterable[str]) -> bool:
+    """Whether ``fixtures`` (of a test in ``module``) include one of the module's lane fixtures."""
+    return any((module, name) in _lane_jobs for name in fixtures)
+
+
 def queue_lane_jobs(module: str, fixtures: Iterable[str]) -> None:
     """Queue the jobs of ``module``'s lane fixtures among ``fixtures`` (the ones its selected tests use)."""
     for name in sorted(fixtures):

@@ -83,20 +83,35 @@ def _runs_in_a_child(item) -> bool:
     return item.get_closest_marker("child_process") is not None and not os.environ.get(children.IN_CHILD_ENV)
 
 
+def _waits_for_the_lane(item) -> bool:
+    """A test using a lane fixture (``children.lane_fixture``): it takes a background job's outcome."""
+    return children.uses_lane(item.module.__name__, item.fixturenames) if hasattr(item, "module") else False
+
+
 def pytest_collection_modifyitems(items):
-    """``child_process`` modules last: their tests only read what a child pytest on the
-    background lane found, which then had the whole session to run beside the others."""
-    items.sort(key=_runs_in_a_child)  # stable: modules keep their order
+    """The modules whose tests take background-lane outcomes after the others, and
+    ``child_process`` modules last: pytest's own process would otherwise stand idle in a
+    fixture's set-up waiting for a lane job it reached too early (up to 30 s each)."""
+    by_module: dict = {}  # module -> does any of its selected tests wait for the lane
+    for item in items:
+        key = getattr(item, "module", None)
+        by_module[key] = by_module.get(key, False) or _waits_for_the_lane(item)
+    # stable: modules keep their order within each group
+    items.sort(key=lambda item: (_runs_in_a_child(item), by_module[getattr(item, "module", None)]))
 
 
 def pytest_collection_finish(session):
-    """Start early what selected tests will wait for, in the order they run, for child
-    processes that need nothing from the tests before them: the jobs of a module's lane
-    fixtures (``children.lane_fixture``), a ``child_process`` module's selected tests in one
-    child pytest, and whatever the module's own ``start_early(fixtures)`` starts (called once
-    here with the fixture names its selected tests use: a wait, a child killed by its timeout).
-    Queued lane work (``children.Lane``) then runs while the tests before them run. Not on
-    ``--collect-only``."""
+    """Start early what selected tests will wait for, for child processes that need nothing
+    from the tests before them: a ``child_process`` module's selected tests in one child
+    pytest, the jobs of a module's lane fixtures (``children.lane_fixture``), and whatever the
+    module's own ``start_early(fixtures)`` starts (called once here with the fixture names its
+    selected tests use: a wait, a child killed by its timeout). Not on ``--collect-only``.
+
+    The lane (``children.Lane``) runs the child pytests first (the longest jobs, read last),
+    then the lane fixtures' jobs in the reverse of the order their modules run: pytest's own
+    process, once through the other modules, takes the jobs the lane has not begun and runs
+    them itself (``Lane.take``) while the lane works from the other end, so neither core
+    waits for the other until they meet."""
     if session.config.option.collectonly:
         return
     fixtures: dict = {}  # module -> fixture names, modules in the order they run
@@ -107,11 +122,12 @@ def pytest_collection_finish(session):
             fixtures.setdefault(module, set()).update(getattr(item, "fixturenames", ()))
             if _runs_in_a_child(item):
                 in_child.setdefault(module, []).append(item.nodeid)
-    for module, names in fixtures.items():
+    for module, nodeids in in_child.items():
+        children.background.queue(_child_key(module), children.child_pytest,
+                                   _child_arguments(session.config, nodeids))
+    for module, names in reversed(fixtures.items()):
         children.queue_lane_jobs(module.__name__, names)
-        if module in in_child:
-            children.background.queue(_child_key(module), children.child_pytest,
-                                       _child_arguments(session.config, in_child[module]))
+    for module, names in fixtures.items():
         start = getattr(module, "start_early", None)
         if start is not None:
             start(names)

@@ -39,6 +39,21 @@ def test_plain():
     assert "plain".upper() == "PLAIN"
 '''
 
+LANE_MODULE = '''
+import children
+
+
+def _answer(environ):
+    return 6 * 7
+
+
+answer = children.lane_fixture("answer", _answer)
+
+
+def test_takes_a_lane_outcome(answer):
+    assert answer == 42
+'''
+
 # The suite's hooks, loaded under another name (this folder's conftest is itself "conftest").
 PROBE_CONFTEST = f'''
 import importlib.util
@@ -58,9 +73,11 @@ def pytest_configure(config):
 
 
 def _probe_session(folder: Path, environ: dict[str, str]) -> subprocess.CompletedProcess:
-    """``pytest -v`` of a folder holding a ``child_process`` module and a plain one."""
+    """``pytest -v`` of a folder holding a ``child_process`` module, one using a lane fixture
+    and a plain one (named so that file order is the reverse of the order they must run in)."""
     (folder / "conftest.py").write_text(PROBE_CONFTEST)
     (folder / "test_a_child.py").write_text(CHILD_MODULE)
+    (folder / "test_a_lane.py").write_text(LANE_MODULE)
     (folder / "test_b_plain.py").write_text(PLAIN_MODULE)
     path = os.pathsep.join(p for p in (str(TESTS), environ.get("PYTHONPATH", "")) if p)
     return subprocess.run([sys.executable, "-m", "pytest", "-v", "-rsx", "-p", "no:cacheprovider", str(folder)],
@@ -75,13 +92,14 @@ probe_session = children.lane_fixture("probe_session", _probe_session, folder_pr
 def test_a_child_process_module_reports_what_its_child_found_and_runs_last(probe_session):
     out = probe_session.stdout
     assert probe_session.returncode == 1, out + probe_session.stderr
-    assert "1 failed, 2 passed, 1 skipped, 1 xfailed" in out, out
+    assert "1 failed, 3 passed, 1 skipped, 1 xfailed" in out, out
     # The failure shows the child's assertion and message; skip and xfail keep their reasons.
     assert "in a child pytest" in out and "the child's own message" in out and "assert [1, 2] == [1, 3]" in out
     assert "skipped in the child" in out and "known in the child" in out
-    # The plain module runs first: the child had the session to run beside it.
+    # The plain module runs first, then the one taking a lane job's outcome, the child_process
+    # module last: the lane had the session to run beside them.
     order = [line.split("::")[0] for line in out.splitlines() if "::test_" in line and "PASSED" in line]
-    assert order == ["test_b_plain.py", "test_a_child.py"], out
+    assert order == ["test_b_plain.py", "test_a_lane.py", "test_a_child.py"], out
 
 
 def test_a_child_with_no_report_fails_each_test_with_its_output(tmp_path):

@@ -294,6 +294,7 @@ def test_autocast_region_inside_the_graph_matches_eager():
     torch.testing.assert_close(out.cpu(), fn(a, b).cpu())
 
 
+@pytest.mark.slow  # a cold convolution forward and backward: the full suite's, not the edit-test loop's
 def test_a_saved_activation_with_strides_a_view_cannot_take_compiles_projected_and_matches_cpu(caplog):
     """Inductor lays a convolution's output out channels-last; AOTAutograd hands the backward graph
     that saved activation with those strides, not the traced ones, and the graph's ``view`` of it

@@ -151,6 +151,7 @@ def _erfinv_in_final_norm(builder):
     return build
 
 
+@pytest.mark.slow  # a tiny Llama compiled for each check (seconds each)
 def test_a_compiled_failure_torch_mlir_names_is_shared_with_the_real_product(monkeypatch):
     from torch_neuronx.coverage import compiled
 
@@ -162,6 +163,7 @@ def test_a_compiled_failure_torch_mlir_names_is_shared_with_the_real_product(mon
         assert check["op"] == "torch.aten.erfinv" and "no lowering for torch.aten.erfinv" in check["error"]
 
 
+@pytest.mark.slow  # a tiny Llama compiled for each check (seconds each)
 def test_an_emulator_only_compiled_failure_is_ours(monkeypatch):
     from torch_neuronx.compile import passes
     from torch_neuronx.coverage import compiled
