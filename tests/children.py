@@ -39,6 +39,19 @@ def start_interruptible(args: list[str], env: Mapping[str, str] | None = None) -
     return start(["-c", _SIGINT_DEFAULT, *args], env=env)
 
 
+# A ``python`` that starts ARGS in a fresh ``python`` whose writes past LIMIT bytes fail (EFBIG,
+# SIGXFSZ ignored): a full disk. The limit is per process, so set in pytest's own process it would
+# also hold for the background lane's jobs and every child they start meanwhile.
+_FILE_LIMIT = ("import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+               "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), resource.getrlimit(resource.RLIMIT_FSIZE)[1])); "
+               "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])")
+
+
+def run_with_file_limit(limit_bytes: int, args: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python ARGS`` on a disk that takes files up to ``limit_bytes``, once it has ended."""
+    return finished(start(["-c", _FILE_LIMIT, str(limit_bytes), *args], env=env))
+
+
 def finished(proc: subprocess.Popen, timeout: float = 300) -> subprocess.CompletedProcess:
     """The child's exit code and output, once it has ended."""
     stdout, stderr = proc.communicate(timeout=timeout)

@@ -17,6 +17,8 @@ import pytest
 import torch
 from rich.console import Console
 
+import children
+
 from torch_neuronx.cli.main import main
 from torch_neuronx.pilot import PilotConfig, run_pilot
 from torch_neuronx.pilot import fresh_process
@@ -234,11 +236,10 @@ def test_a_configuration_error_is_one_line_and_exit_2(tmp_path, capsys, monkeypa
     assert len(_error_lines(capsys.readouterr().err)) == 1
 
 
-def test_a_full_disk_keeps_the_previous_report_in_one_line(tmp_path, capsys):
+def test_a_full_disk_keeps_the_previous_report_in_one_line(tmp_path):
     """Issue 25: on a full disk the pilot kept the old report but ended in a traceback, exit 1,
-    and left its staging folder. A file-size limit stands in for the full disk (EFBIG)."""
-    import resource
-
+    and left its staging folder. A file-size limit stands in for the full disk (EFBIG); the
+    limited run is a child process, since the limit holds for a whole process."""
     from transformers import BertConfig, BertModel
 
     ckpt = tmp_path / "bert"  # not a causal LM: a run that stops early and writes its report
@@ -247,16 +248,10 @@ def test_a_full_disk_keeps_the_previous_report_in_one_line(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "report.json").write_text('{"previous": true}')
-    previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, hard))
-    try:
-        code = main(["pilot", str(ckpt), "--out", str(out), *MINIMAL])
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous_handler)
-    assert code == 2
-    err = capsys.readouterr().err
+    done = children.run_with_file_limit(1024, ["-m", "torch_neuronx.cli.main", "pilot", str(ckpt), "--out", str(out),
+                                               *MINIMAL], env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 2, done.stderr
+    err = done.stderr
     assert _error_lines(err) == [f"error: cannot write the report in {out}: File too large; the previous report "
                                  "is kept"] and "Traceback" not in err
     assert (out / "report.json").read_text() == '{"previous": true}'
