@@ -109,12 +109,25 @@ TARGETS = [
            "prefill through generate()"),
     Target("per-token latency: neuron compiled / CPU Inductor", ("neuron_compiled", "generate", "per_token_ms"),
            ("cpu_inductor", "generate", "per_token_ms"), 1.05, "compiled decode speed"),
-    # Context for the per-op rows on a shared machine: the same loops in thread CPU time.
-    *(Target(f"per-op {label}, thread CPU time: neuron eager / CPU eager", ("neuron", "ops", f"{op}_thread_us"),
-             ("cpu", "ops", f"{op}_thread_us"), None, "the row above without time other processes took")
-      for op, label in (("add", "add"), ("mul", "mul"), ("fill", "fill_"), ("mm64", "mm 64x64"),
-                        ("view_inplace", "view + in-place"))),
 ]
+
+
+def in_thread_cpu_time(metric: str) -> str:
+    """The name of a per-op wall-clock metric (``<op>_us``) timed in the thread's CPU time instead."""
+    return metric.removesuffix("_us") + "_thread_us"
+
+
+def _in_thread_cpu_time(target: Target) -> Target:
+    """A per-op row again in thread CPU time: context on a shared machine, without a limit."""
+    def metric(key: tuple[str, str, str]) -> tuple[str, str, str]:
+        backend, workload, name = key
+        return backend, workload, in_thread_cpu_time(name)
+
+    return Target(target.label.replace(": ", ", thread CPU time: ", 1), metric(target.numerator),
+                  metric(target.denominator), None, "the row above without time other processes took")
+
+
+TARGETS += [_in_thread_cpu_time(target) for target in list(TARGETS) if target.numerator[1] == "ops"]
 
 
 def ratios(rows: list[dict]) -> list[dict]:

@@ -14,6 +14,7 @@ import time
 import torch
 
 from .model import Size, build_model, padded_length, token_batch, varlen_lengths
+from .report import in_thread_cpu_time
 from .xla_env import REPO
 
 
@@ -283,7 +284,7 @@ def ops(adapter, size: Size) -> dict:
             samples.append((time.perf_counter() - start) / size.op_iters * 1e6)
             thread_samples.append((time.thread_time() - thread_start) / size.op_iters * 1e6)
         metrics[name] = samples
-        metrics[name.removesuffix("_us") + "_thread_us"] = thread_samples
+        metrics[in_thread_cpu_time(name)] = thread_samples
     return {"metrics": metrics, "info": {}}
 
 
