@@ -11,11 +11,10 @@ is read between the timed regions, never inside them.
 """
 from __future__ import annotations
 
-import inspect
 
 import torch
 
-from ..testing.decoding import greedy_decode, host_peak_rss_bytes, reset_host_peak_rss
+from ..testing.decoding import cache_argument, greedy_decode, host_peak_rss_bytes, reset_host_peak_rss
 
 
 def synchronizer(device: torch.device):
@@ -34,11 +33,6 @@ def percentiles(values: list[float]) -> dict:
     return {"count": len(values), "p50": q[0], "p95": q[1], "p99": q[2], "mean": t.mean().item()}
 
 
-def _cache_kwarg(model) -> str:
-    """Transformers 5.x renamed ``past_key_values`` to ``cache``; older classes keep the old name."""
-    return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
-
-
 def probe_for(device: torch.device):
     """What projects the device's work (``accounting.projected``), or None: only the
     ``neuron`` device has a device model; elsewhere every figure is a host time."""
@@ -54,7 +48,7 @@ def decode_once(model, ids: torch.Tensor, gen_tokens: int, sync, probe=None):
     projection of the prefill and of each decode step."""
     from transformers import StaticCache
 
-    cache = {_cache_kwarg(model): StaticCache(config=model.config, max_cache_len=ids.shape[1] + gen_tokens)}
+    cache = {cache_argument(model): StaticCache(config=model.config, max_cache_len=ids.shape[1] + gen_tokens)}
     projected, marks = [], []
 
     def read_window():

@@ -25,6 +25,7 @@ from collections import Counter
 import torch
 
 from ..projection import ProjectionMode, Projector
+from ..testing.decoding import cache_argument
 
 DEVICE = "neuron"  # the device the fake tensors claim: the eager path's dispatch, traced
 _PER_RANK_FIELDS = ("num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size")
@@ -129,8 +130,13 @@ def _activation_tracker():
 
 
 def _training_inputs(model, ids: torch.Tensor) -> dict:
-    """Inputs with labels for the model's own loss (a masked LM also gets its next-sentence label)."""
+    """Inputs with labels for the model's own loss (a masked LM also gets its next-sentence label).
+
+    A training step keeps no key/value cache: ``use_cache=False`` says so, instead of letting
+    Transformers print its notice that a cache is incompatible with gradient checkpointing."""
     inputs = {"input_ids": ids, "labels": ids}
+    if "use_cache" in inspect.signature(model.forward).parameters:
+        inputs["use_cache"] = False
     if "next_sentence_label" in inspect.signature(model.forward).parameters:
         inputs["next_sentence_label"] = torch.zeros(ids.shape[0], dtype=torch.long)
     return inputs
@@ -159,14 +165,14 @@ def _run(config, work: Workload, layers: int, projector: Projector) -> tuple[flo
         else:
             model.eval()
             with torch.no_grad():
+                name = cache_argument(model)
                 with tracker, ProjectionMode(projector) as prefill:
-                    out = model(input_ids=ids, use_cache=True)
-                cache = out.past_key_values
+                    cache = getattr(model(input_ids=ids, use_cache=True), name)
                 if work.decode_cache_len != work.seq_len:  # the decode step sees the mean cache length
-                    cache = model(input_ids=torch.zeros(work.batch, work.decode_cache_len, dtype=torch.long),
-                                  use_cache=True).past_key_values
+                    cache = getattr(model(input_ids=torch.zeros(work.batch, work.decode_cache_len, dtype=torch.long),
+                                          use_cache=True), name)
                 with ProjectionMode(projector) as decode:
-                    model(input_ids=ids[:, :1], past_key_values=cache, use_cache=True)
+                    model(input_ids=ids[:, :1], use_cache=True, **{name: cache})
             runs = {"prefill": prefill, "decode": decode}
     return float(tracker.activation_peak), runs
 

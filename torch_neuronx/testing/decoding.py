@@ -8,6 +8,7 @@ C++ extension (built for the project's torch) cannot be imported.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import time
 
 import torch
@@ -20,6 +21,13 @@ class Decoded:
     ttft_seconds: float
     per_token_seconds: list[float]
     tokens: torch.Tensor  # (batch, new tokens), on the model's device
+
+
+def cache_argument(model) -> str:
+    """The name of the model's key/value cache, as its ``forward`` argument and output field:
+    Transformers 5.x renamed ``past_key_values`` to ``cache`` (the old name warns); older classes
+    keep the old name."""
+    return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
 
 
 @torch.no_grad()
