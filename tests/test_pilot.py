@@ -229,3 +229,13 @@ def test_an_unknown_optimizer_or_schedule_is_bad_input(field):
     with pytest.raises(PilotError, match=f"--{field.replace('_', '-')} 'adam' must be one of") as info:
         PilotConfig(**{field: "adam"}).validate()
     assert info.value.kind == "bad_input"
+
+
+def test_progress_off_a_terminal_prints_one_tick_per_stage_and_nothing_else():
+    """In a CI log or a pipe the live bar is off: no blank lines left where it stood."""
+    out = io.StringIO()
+    console = PilotConsole(Console(file=out, width=80))
+    for title, total in (("load", 3), ("compile", None)):
+        with console.progress(title, total) as advance:
+            advance()
+    assert out.getvalue() == "✓ load\n✓ compile\n"

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"resuming: {len(chosen) - len(todo)} of {len(chosen)} architectures already done "
                       f"({log.path})")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
+                  console=console, transient=True, disable=not console.is_terminal) as bar:
         task = bar.add_task(f"coverage on {args.device}", total=len(todo))
 
         def on_result(result: dict) -> None:

@@ -27,7 +27,8 @@ class PilotConsole:
         if total:
             columns += [BarColumn(), MofNCompleteColumn()]
         columns.append(TimeElapsedColumn())
-        with Progress(*columns, console=self.console, transient=True) as bar:
+        # Off a terminal (CI logs, a pipe) a live bar leaves blank lines behind: only the ticks.
+        with Progress(*columns, console=self.console, transient=True, disable=not self.console.is_terminal) as bar:
             task = bar.add_task(title, total=total)
             yield lambda: bar.advance(task)
         self.console.print(f"[dim]✓[/dim] {title}")
