@@ -150,3 +150,16 @@ def test_the_targets_table_shows_interval_pairs_and_verdict():
     assert line == (f"| {steady['label']} | {steady['ratio']:.2f}× | {steady['low']:.2f}–{steady['high']:.2f} "
                     f"| 3 | ≤ 1.03× | undecided (≈ {more} more pair{'s' if more > 1 else ''}) |")
     assert "host measurement" in page
+
+
+def test_issue27_preset_refuses_only_and_pair_counts_must_be_positive(capsys, tmp_path):
+    from benchmarks.__main__ import main
+
+    # Were a bad count accepted, the smoke run of one small cell would finish instead of exiting.
+    tiny = ["--smoke", "--only", "cpu,ops", "--out", str(tmp_path)]
+    for argv, message in ((["--issue27", "--only", "cpu,ops"], "leave out --only"),
+                          (["--pairs", "0", *tiny], "--pairs, --compiled-pairs"),
+                          (["--compiled-pairs", "0", *tiny], "--pairs, --compiled-pairs")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
