@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     size = "smoke" if args.smoke else "full"
     pairs = (1 if args.smoke else 10) if args.pairs is None else args.pairs
     compiled_pairs = min(pairs, (1 if args.smoke else 4) if args.compiled_pairs is None else args.compiled_pairs)
-    timeout = args.timeout or (300.0 if args.smoke else 1800.0)
+    timeout = (300.0 if args.smoke else 1800.0) if args.timeout is None else args.timeout
     if min(pairs, compiled_pairs) < 1 or timeout <= 0 or (args.threads is not None and args.threads < 1):
         parser.error("--pairs, --compiled-pairs and --threads must be ≥ 1 and --timeout > 0")
 

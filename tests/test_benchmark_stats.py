@@ -159,7 +159,8 @@ def test_issue27_preset_refuses_only_and_pair_counts_must_be_positive(capsys, tm
     tiny = ["--smoke", "--only", "cpu,ops", "--out", str(tmp_path)]
     for argv, message in ((["--issue27", "--only", "cpu,ops"], "leave out --only"),
                           (["--pairs", "0", *tiny], "--pairs, --compiled-pairs"),
-                          (["--compiled-pairs", "0", *tiny], "--pairs, --compiled-pairs")):
+                          (["--compiled-pairs", "0", *tiny], "--pairs, --compiled-pairs"),
+                          (["--timeout", "0", *tiny], "--timeout > 0")):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
