@@ -1,8 +1,9 @@
 """``python -m benchmarks`` (``make bench``): every benchmark, every backend, one table.
 
   python -m benchmarks                      # full suite, results in bench-results/
-  python -m benchmarks --smoke              # tiny sizes, one repeat (what CI runs)
-  python -m benchmarks --only cpu,neuron,train,ops
+  python -m benchmarks --issue27            # decide issue 27's limits (~25 min on a quiet 2-core machine)
+  python -m benchmarks --smoke              # tiny sizes, one pair (what CI runs)
+  python -m benchmarks --only cpu,neuron,train,ops --pairs 10
   python -m benchmarks --combine runA runB --out both   # one report from two runs
 """
 from __future__ import annotations
@@ -16,9 +17,15 @@ import sys
 import time
 from pathlib import Path
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from . import report, xla_env
 from .backends import BACKENDS, EAGER_WORKLOADS
-from .runner import COLLECTIVES, run_suite
+from .runner import COLLECTIVES, plan, run_suite
+
+# The backends and workloads of issue 27's limits: the eager rows against CPU eager, the compiled
+# rows against CPU Inductor.
+ISSUE_27 = "cpu,neuron,cpu_inductor,neuron_compiled,ops,generate,generate_static,train"
 
 
 def parse_only(text: str | None) -> tuple[list[str], list[str]]:
@@ -56,7 +63,14 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 repeat, no XLA set-up")
     parser.add_argument("--only", help="comma-separated backends and/or workloads")
-    parser.add_argument("--repeats", type=int, help="fresh processes per cell (default 3; smoke 1)")
+    parser.add_argument("--issue27", action="store_true",
+                        help=f"only issue 27's rows ({ISSUE_27}), --threads 1 unless given")
+    parser.add_argument("--pairs", "--repeats", type=int, dest="pairs",
+                        help="rounds: fresh processes per cell, each paired with its reference's process "
+                             "of the same round (default 10; smoke 1)")
+    parser.add_argument("--compiled-pairs", type=int,
+                        help="rounds for the backends that compile cold in every process "
+                             "(cpu_inductor, neuron_compiled, xla; default 4, at most --pairs)")
     parser.add_argument("--timeout", type=float, help="seconds per process (default 1800; smoke 300)")
     parser.add_argument("--threads", type=int,
                         help="PyTorch intra-op threads per worker (default: PyTorch's choice); "
@@ -67,12 +81,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-xla-setup", action="store_true",
                         help="do not create the PyTorch/XLA venv if it is missing")
     args = parser.parse_args(argv)
-    backends, workloads = parse_only(args.only)
+    if args.issue27 and args.only:
+        parser.error("--issue27 picks its own rows; leave out --only")
+    if args.issue27 and args.threads is None:
+        args.threads = 1
+    backends, workloads = parse_only(ISSUE_27 if args.issue27 else args.only)
     size = "smoke" if args.smoke else "full"
-    repeats = args.repeats or (1 if args.smoke else 3)
-    timeout = args.timeout or (300.0 if args.smoke else 1800.0)
-    if repeats < 1 or timeout <= 0 or (args.threads is not None and args.threads < 1):
-        parser.error("--repeats and --threads must be ≥ 1 and --timeout > 0")
+    pairs = (1 if args.smoke else 10) if args.pairs is None else args.pairs
+    compiled_pairs = min(pairs, (1 if args.smoke else 4) if args.compiled_pairs is None else args.compiled_pairs)
+    timeout = (300.0 if args.smoke else 1800.0) if args.timeout is None else args.timeout
+    if min(pairs, compiled_pairs) < 1 or timeout <= 0 or (args.threads is not None and args.threads < 1):
+        parser.error("--pairs, --compiled-pairs and --threads must be ≥ 1 and --timeout > 0")
 
     if "xla" in backends and not (args.smoke or args.no_xla_setup or args.combine):
         reason = xla_env.setup()
@@ -82,10 +101,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.combine:
         return write_report(*_combine(args.combine), args.out)
     start = time.monotonic()
-    meta = {"size": size, "repeats": repeats, "threads": args.threads,
+    meta = {"size": size, "pairs": pairs, "compiled_pairs": compiled_pairs, "threads": args.threads,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": report.machine(), "load_start": " ".join(f"{x:.1f}" for x in os.getloadavg())}
-    results = run_suite(backends, workloads, size, repeats, args.out, timeout, args.threads)
+    steps = plan(backends, workloads, pairs, compiled_pairs)
+    collectives = COLLECTIVES in workloads
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn()) as progress:
+        task = progress.add_task("processes", total=len(steps) + collectives)
+
+        def log(line: str) -> None:
+            progress.console.print(line, highlight=False, markup=False)
+            progress.advance(task)
+
+        results = run_suite(steps, size, args.out, timeout, args.threads, collectives, log)
     meta.update(wall_s=time.monotonic() - start, versions=_versions(results),
                 load_end=" ".join(f"{x:.1f}" for x in os.getloadavg()))
     return write_report(results, meta, args.out)
@@ -94,10 +123,15 @@ def main(argv: list[str] | None = None) -> int:
 def _combine(directories: list[Path]) -> tuple[list[dict], dict]:
     """Raw results of earlier runs (e.g. backends run side by side) as one run."""
     runs = [json.loads((d / "results.json").read_text()) for d in directories]
-    results = [result for run in runs for result in run["raw"]]
+    # Rounds pair processes of one run only: a run (itself perhaps combined) keeps its own number.
+    run_ids: dict[tuple[int, int], int] = {}
+    results = [{**result, "run": run_ids.setdefault((index, result.get("run", 0)), len(run_ids))}
+               for index, run in enumerate(runs) for result in run["raw"]]
     metas = [run["meta"] for run in runs]
     meta = dict(metas[0])
-    meta.update(date=" + ".join(m["date"] for m in metas), repeats=" + ".join(str(m["repeats"]) for m in metas),
+    meta.update(date=" + ".join(m["date"] for m in metas),
+                pairs=" + ".join(str(m.get("pairs", m.get("repeats"))) for m in metas),
+                compiled_pairs=" + ".join(str(m.get("compiled_pairs", m.get("repeats"))) for m in metas),
                 wall_s=max(m["wall_s"] for m in metas),
                 versions=_versions(results), load_start="; ".join(m["load_start"] for m in metas),
                 load_end="; ".join(m["load_end"] for m in metas),
@@ -107,7 +141,7 @@ def _combine(directories: list[Path]) -> tuple[list[dict], dict]:
 
 def write_report(results: list[dict], meta: dict, out: Path) -> int:
     rows = report.summarize(results)
-    targets = report.ratios(rows)
+    targets = report.ratios(rows, results)
     page = report.markdown(rows, targets, meta, results)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(

@@ -23,6 +23,8 @@ class Backend:
     workloads: tuple[str, ...]
     env: dict = field(default_factory=dict)
     xla: bool = False
+    # Compiles whole graphs cold in every process (tens of seconds): its own, smaller pair count.
+    cold_compile: bool = False
 
     def python(self) -> str:
         return str(xla_env.python()) if self.xla else sys.executable
@@ -36,11 +38,15 @@ _NATIVE = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
 BACKENDS = [
     Backend("cpu", "CPU eager", EAGER_WORKLOADS, _NATIVE),
-    Backend("cpu_inductor", "CPU Inductor", COMPILED_WORKLOADS, _NATIVE),
+    Backend("cpu_inductor", "CPU Inductor", COMPILED_WORKLOADS, _NATIVE, cold_compile=True),
     Backend("neuron", "neuron eager", EAGER_WORKLOADS, {"TORCHNEURON_KERNEL_ACCOUNTING": "1"}),
     Backend("neuron_noacct", "neuron eager, accounting off", EAGER_WORKLOADS,
             {"TORCHNEURON_KERNEL_ACCOUNTING": "0"}),
-    Backend("neuron_compiled", "neuron compiled", COMPILED_WORKLOADS),
-    Backend("xla", "PyTorch/XLA (CPU)", XLA_WORKLOADS, {"PJRT_DEVICE": "CPU"}, xla=True),
+    Backend("neuron_compiled", "neuron compiled", COMPILED_WORKLOADS, cold_compile=True),
+    Backend("xla", "PyTorch/XLA (CPU)", XLA_WORKLOADS, {"PJRT_DEVICE": "CPU"}, xla=True, cold_compile=True),
 ]
 BY_NAME = {backend.name: backend for backend in BACKENDS}
+
+# The order of one workload's processes in a round (reversed every other round): each limit's
+# two backends are neighbours, so a subject runs right after or right before its reference.
+ROUND_ORDER = ("neuron_noacct", "cpu", "neuron", "xla", "cpu_inductor", "neuron_compiled")

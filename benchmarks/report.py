@@ -1,8 +1,10 @@
 """Turns raw per-process results into rows, target ratios and a Markdown page.
 
-Samples of one metric are pooled across repeated processes: the report shows
-their median and the min–max spread, so noise on a shared machine is visible
-rather than hidden in a single number.
+Rows pool one metric's samples across repeated processes (median and min–max
+spread, so noise on a shared machine stays visible). Targets are paired: each
+process's own median is one observation, the subject's over its reference's of
+the same round is one ratio, and ``stats`` gives their geometric mean, a 95 %
+interval and a verdict against the limit.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import platform
 import statistics
 from dataclasses import dataclass
 
+from . import stats
 from .backends import BY_NAME, EAGER_WORKLOADS
 
 ROW_FIELDS = ("backend", "workload", "metric", "unit", "median", "min", "max", "n", "status", "reason")
@@ -130,23 +133,52 @@ def _in_thread_cpu_time(target: Target) -> Target:
 TARGETS += [_in_thread_cpu_time(target) for target in list(TARGETS) if target.numerator[1] == "ops"]
 
 
-def ratios(rows: list[dict]) -> list[dict]:
-    """Each target as a ratio of medians, with the spread implied by the min–max of both sides."""
+def _per_process(results: list[dict], key: tuple[str, str, str]) -> dict[tuple, float]:
+    """Each successful process's own median of one metric, by the round it ran in."""
+    backend, workload, metric = key
+    out = {}
+    for result in results:
+        if (result["backend"], result["workload"], result["status"]) == (backend, workload, "ok"):
+            samples = _samples(result.get("metrics", {}).get(metric))
+            if samples:
+                out[(result.get("run", 0), result["repeat"])] = statistics.median(samples)
+    return out
+
+
+def paired_ratios(results: list[dict], target: Target) -> list[float]:
+    """Numerator over denominator process by process, for every round that has both (positive)."""
+    num, den = _per_process(results, target.numerator), _per_process(results, target.denominator)
+    return [num[key] / den[key] for key in sorted(num.keys() & den.keys()) if num[key] > 0 and den[key] > 0]
+
+
+def ratios(rows: list[dict], results: list[dict]) -> list[dict]:
+    """Each target from paired processes: geometric mean of the pairs' ratios (``ratio``), its
+    95 % interval (``low``–``high``), the verdict against the limit (``met``: True, False, or None
+    when undecided or without a limit). Sides measured in different runs (``--combine``) have no
+    pairs: their ratio is of the pooled medians, with no interval."""
     by_key = {(r["backend"], r["workload"], r["metric"]): r for r in rows if r["status"] == "ok"}
     out = []
     for target in TARGETS:
         num, den = by_key.get(target.numerator), by_key.get(target.denominator)
-        entry = {"label": target.label, "limit": target.limit, "meaning": target.meaning,
-                 "ratio": None, "low": None, "high": None, "met": None}
-        if num and den and den["median"] and den["min"] and den["max"]:
-            entry.update(ratio=num["median"] / den["median"], low=num["min"] / den["max"],
-                         high=num["max"] / den["min"])
-            if target.limit is not None:
-                entry["met"] = entry["ratio"] <= target.limit
-        else:
+        entry = {"label": target.label, "limit": target.limit, "meaning": target.meaning, "ratio": None,
+                 "low": None, "high": None, "pairs": 0, "pair_ratios": [], "verdict": None, "met": None,
+                 "pairs_to_decide": None}
+        if not (num and den and den["median"]):
             missing = [f"{b}/{w}" for (b, w, _), row in ((target.numerator, num), (target.denominator, den))
                        if row is None]
             entry["missing"] = ", ".join(missing) or "zero denominator"
+            out.append(entry)
+            continue
+        pair_ratios = paired_ratios(results, target)
+        if pair_ratios:
+            paired = stats.paired_ratio(pair_ratios)
+            entry.update(ratio=paired.geometric_mean, low=paired.low, high=paired.high, pairs=paired.pairs,
+                         pair_ratios=pair_ratios, verdict=paired.verdict(target.limit))
+            if entry["verdict"] == "undecided":
+                entry["pairs_to_decide"] = paired.pairs_to_decide(target.limit)
+        else:
+            entry.update(ratio=num["median"] / den["median"], verdict=None if target.limit is None else "undecided")
+        entry["met"] = {"met": True, "not met": False}.get(entry["verdict"])
         out.append(entry)
     return out
 
@@ -188,19 +220,27 @@ def markdown(rows: list[dict], targets: list[dict], meta: dict, results: list[di
     lines = [f"# Benchmark results ({meta['size']} size)", ""]
     m = meta["machine"]
     threads = meta.get("threads") or "PyTorch default"
-    lines += [f"- date: {meta['date']}; repeats: {meta['repeats']}; intra-op threads: {threads}; "
-              f"wall time {meta['wall_s']:.0f} s",
+    lines += [f"- date: {meta['date']}; pairs (rounds): {meta['pairs']}, backends that compile cold in every "
+              f"process: {meta['compiled_pairs']}; intra-op threads: {threads}; wall time {meta['wall_s']:.0f} s",
               f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']}; Python {m['python']}",
               f"- load average at start / end: {meta['load_start']} / {meta['load_end']}",
               f"- versions: {meta['versions']}",
+              "- every time on this page is a host measurement on this machine; `compilations` and "
+              "`est_device_compile_s` are emulated counts and estimates, `projected_*` rows projections",
+              "- targets: each round runs the two sides of a comparison back to back, alternating which goes "
+              "first; a pair's ratio divides the two processes' own medians; ratio: geometric mean of the "
+              "pairs' ratios; 95 % CI: Student t on their logarithms; verdict: met when the whole interval "
+              "is at or under the limit, not met when all of it is above, undecided otherwise",
               "- cells: median (min–max) over all samples of all repeated processes", ""]
-    lines += ["## Targets", "", "| comparison | ratio | spread | target | met |", "|---|---|---|---|---|"]
+    lines += ["## Targets", "", "| comparison | ratio | 95 % CI | pairs | limit | verdict |",
+              "|---|---|---|---|---|---|"]
     for t in targets:
         if t["ratio"] is None:
-            lines.append(f"| {t['label']} | n/a ({t['missing']}) | | {_limit(t)} | |")
+            lines.append(f"| {t['label']} | n/a ({t['missing']}) | | | {_limit(t)} | |")
             continue
-        met = "" if t["met"] is None else ("yes" if t["met"] else "**no**")
-        lines.append(f"| {t['label']} | {t['ratio']:.2f}× | {t['low']:.2f}–{t['high']:.2f} | {_limit(t)} | {met} |")
+        interval = "" if t["low"] is None else f"{t['low']:.2f}–{t['high']:.2f}"
+        pairs = t["pairs"] or "unpaired"
+        lines.append(f"| {t['label']} | {t['ratio']:.2f}× | {interval} | {pairs} | {_limit(t)} | {_verdict(t)} |")
     present = {r["backend"] for r in rows}
     backends = [b for b in BY_NAME if b in present]
     by_cell = {(r["backend"], r["workload"], r["metric"]): r for r in rows}
@@ -238,6 +278,16 @@ def _collectives(data: dict) -> list[str]:
     lines += ["", f"Lowest ratio {data['min_ratio']:.2f}, geometric mean {data['geomean_ratio']:.2f}; "
                   f"target ≥ {data['target_ratio']:g}: {met}."]
     return lines
+
+
+def _verdict(target: dict) -> str:
+    verdict = target["verdict"]
+    if verdict == "not met":
+        return "**not met**"
+    if verdict == "undecided" and target["pairs_to_decide"]:
+        more = target["pairs_to_decide"] - target["pairs"]
+        return f"undecided (≈ {more} more pair{'s' if more > 1 else ''})"
+    return verdict or ""
 
 
 def _limit(target: dict) -> str:

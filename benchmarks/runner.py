@@ -1,9 +1,12 @@
-"""Runs every (backend, workload) pair in its own fresh process and collects the results.
+"""Runs every (backend, workload) cell in its own fresh process, in paired rounds.
 
-Repeats are interleaved (all backends once, then again) so that load from
-other jobs on a shared machine spreads over every backend instead of landing
-on one. A failure, timeout or missing backend becomes a reported cell, never
-a crash of the suite.
+A round runs each workload once on every selected backend, the backends of one
+workload back to back, in ``ROUND_ORDER`` on even rounds and reversed on odd
+ones: a subject process and its reference are neighbours, and which of them goes
+first alternates (A B, B A, A B, ...), so drift in the machine's load or state
+cancels over the pairs instead of favouring one side. The report turns each
+round's two processes into one paired ratio. A failure, timeout or missing
+backend becomes a reported cell, never a crash of the suite.
 """
 from __future__ import annotations
 
@@ -13,9 +16,10 @@ import signal
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from .backends import BY_NAME, Backend
+from .backends import BY_NAME, ROUND_ORDER, Backend
 from .xla_env import REPO
 
 COLLECTIVES = "collectives"
@@ -89,33 +93,58 @@ def run_collectives(size: str, timeout: float, log_path: Path) -> dict:
         return _run_process(command, _worker_env(backend, Path(scratch)), cell, timeout, log_path)
 
 
-def run_suite(backends: list[str], workloads: list[str], size: str, repeats: int,
-              out_dir: Path, timeout: float, threads: int | None = None, log=print) -> list[dict]:
-    """All selected measurements, ``repeats`` times each; a cell that fails is not retried."""
+@dataclass(frozen=True)
+class Step:
+    """One process of a run: round ``repeat`` of ``workload`` on ``backend``."""
+
+    repeat: int
+    workload: str
+    backend: str
+
+
+def plan(backends: list[str], workloads: list[str], pairs: int, compiled_pairs: int) -> list[Step]:
+    """Every process of a run, in order: ``pairs`` rounds (``compiled_pairs`` for the backends
+    that compile cold in every process), each workload's backends back to back, alternating."""
+    steps = []
+    for repeat in range(pairs):
+        order = [name for name in ROUND_ORDER if name in backends]
+        if repeat % 2:
+            order.reverse()
+        for workload in workloads:
+            for name in order:
+                backend = BY_NAME[name]
+                rounds = compiled_pairs if backend.cold_compile else pairs
+                if workload in backend.workloads and repeat < rounds:
+                    steps.append(Step(repeat, workload, name))
+    return steps
+
+
+def run_suite(steps: list[Step], size: str, out_dir: Path, timeout: float, threads: int | None = None,
+              collectives: bool = False, log=print) -> list[dict]:
+    """Run ``steps`` in order (then the collectives, if asked); ``log`` gets one line per step.
+
+    A cell that ends in unavailable/error/timeout is reported once and not run again."""
     logs = out_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     results: list[dict] = []
-    finished: set[tuple[str, str]] = set()  # cells that ended in unavailable/error/timeout
-    for repeat in range(repeats):
-        for name in backends:
-            backend = BY_NAME[name]
-            for workload in workloads:
-                if workload == COLLECTIVES or workload not in backend.workloads:
-                    continue
-                if (name, workload) in finished:
-                    continue
-                log_path = logs / f"{name}-{workload}-{repeat}.log"
-                result = run_worker(backend, workload, size, timeout, log_path, threads)
-                result["repeat"] = repeat
-                results.append(result)
-                with open(out_dir / "raw.jsonl", "a") as progress:  # survives an interrupted run
-                    progress.write(json.dumps(result) + "\n")
-                log(f"[{repeat + 1}/{repeats}] {name:16s} {workload:14s} {result['status']}"
-                    + (f" ({result['reason']})" if result.get("reason") else "")
-                    + (f" {result['process_s']:.0f} s" if "process_s" in result else ""))
-                if result["status"] != "ok":
-                    finished.add((name, workload))
-    if COLLECTIVES in workloads:
+    finished: set[tuple[str, str]] = set()
+    rounds = max((step.repeat for step in steps), default=0) + 1
+    for step in steps:
+        head = f"[{step.repeat + 1}/{rounds}] {step.backend:16s} {step.workload:16s}"
+        if (step.backend, step.workload) in finished:
+            log(f"{head} skipped (failed in an earlier round)")
+            continue
+        log_path = logs / f"{step.backend}-{step.workload}-{step.repeat}.log"
+        result = run_worker(BY_NAME[step.backend], step.workload, size, timeout, log_path, threads)
+        result["repeat"] = step.repeat
+        results.append(result)
+        with open(out_dir / "raw.jsonl", "a") as progress:  # survives an interrupted run
+            progress.write(json.dumps(result) + "\n")
+        log(f"{head} {result['status']}" + (f" ({result['reason']})" if result.get("reason") else "")
+            + (f" {result['process_s']:.0f} s" if "process_s" in result else ""))
+        if result["status"] != "ok":
+            finished.add((step.backend, step.workload))
+    if collectives:
         result = run_collectives(size, timeout, logs / "collectives.log")
         log(f"collectives {result['status']}" + (f" ({result['reason']})" if result.get("reason") else ""))
         results.append(result)

@@ -19,7 +19,7 @@ import children
 from benchmarks import report, worker
 from benchmarks.__main__ import main, parse_only
 from benchmarks.backends import BY_NAME, EAGER_WORKLOADS
-from benchmarks.runner import run_worker
+from benchmarks.runner import Step, run_suite, run_worker
 from benchmarks.workloads import WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -70,8 +70,10 @@ def test_smoke_suite_writes_json_and_markdown_with_complete_rows(smoke_suite):
     assert {r["workload"] for r in xla} == {"train", "ops"}
     assert all(r["status"] == "unavailable" and "xla_env" in r["reason"] for r in xla)
 
+    # One pair (smoke): a ratio, but no interval, so no verdict either way.
     steady = next(t for t in data["targets"] if t["label"].startswith("training step, steady state: neuron eager /"))
-    assert steady["ratio"] > 0 and steady["low"] <= steady["ratio"] <= steady["high"]
+    assert steady["ratio"] > 0 and steady["pairs"] == 1 and len(steady["pair_ratios"]) == 1
+    assert steady["low"] is None and steady["verdict"] == "undecided" and steady["met"] is None
     first_vs_xla = next(t for t in data["targets"] if t["label"].startswith("time to first step: neuron eager"))
     assert first_vs_xla["ratio"] is None and "xla/train" in first_vs_xla["missing"]
 
@@ -84,6 +86,9 @@ def test_smoke_suite_writes_json_and_markdown_with_complete_rows(smoke_suite):
     both = json.loads((tmp_path / "both" / "results.json").read_text())
     doubled = {(r["backend"], r["workload"], r["metric"]): r["n"] for r in both["rows"] if r["status"] == "ok"}
     assert doubled == {key: 2 * row["n"] for key, row in ok.items()}
+    # Each run keeps its own rounds: two pairs, each within one run, with the same ratio.
+    steady_both = next(t for t in both["targets"] if t["label"] == steady["label"])
+    assert steady_both["pair_ratios"] == [steady["ratio"]] * 2 and both["meta"]["pairs"] == "1 + 1"
 
 
 def test_every_declared_workload_is_implemented():
@@ -124,13 +129,13 @@ def test_decode_op_table_profiles_the_same_ops_on_both_devices():
 
 def test_summarize_pools_samples_across_repeats_and_keeps_failures():
     results = [
-        {"backend": "cpu", "workload": "train", "status": "ok",
+        {"backend": "cpu", "workload": "train", "status": "ok", "repeat": 0,
          "metrics": {"steady_step_ms": [10.0, 30.0], "first_step_ms": 50.0, "compilations": None}},
-        {"backend": "cpu", "workload": "train", "status": "ok",
+        {"backend": "cpu", "workload": "train", "status": "ok", "repeat": 1,
          "metrics": {"steady_step_ms": [20.0], "first_step_ms": 70.0, "compilations": None}},
-        {"backend": "neuron", "workload": "train", "status": "ok",
+        {"backend": "neuron", "workload": "train", "status": "ok", "repeat": 0,
          "metrics": {"steady_step_ms": [11.0, 12.0, 13.0], "first_step_ms": 90.0, "compilations": 7}},
-        {"backend": "neuron_compiled", "workload": "train", "status": "error", "reason": "boom"},
+        {"backend": "neuron_compiled", "workload": "train", "status": "error", "reason": "boom", "repeat": 0},
     ]
     rows = {(r["backend"], r["metric"]): r for r in report.summarize(results)}
     steady = rows[("cpu", "steady_step_ms")]
@@ -141,13 +146,29 @@ def test_summarize_pools_samples_across_repeats_and_keeps_failures():
     failed = rows[("neuron_compiled", None)]
     assert failed["status"] == "error" and failed["reason"] == "boom" and failed["median"] is None
 
-    targets = {t["label"]: t for t in report.ratios(list(rows.values()))}
+    # The one round with both sides pairs neuron's 12 with that round's CPU median, 20.
+    targets = {t["label"]: t for t in report.ratios(list(rows.values()), results)}
     steady_target = targets["training step, steady state: neuron eager / CPU eager"]
-    assert steady_target["ratio"] == pytest.approx(12.0 / 20.0)
-    assert steady_target["low"] == pytest.approx(11.0 / 30.0) and steady_target["high"] == pytest.approx(13.0 / 10.0)
-    assert steady_target["met"] is True
+    assert steady_target["pair_ratios"] == [pytest.approx(12.0 / 20.0)] and steady_target["pairs"] == 1
     compiled = targets["training step, steady state: neuron compiled / CPU Inductor"]
     assert compiled["ratio"] is None and "neuron_compiled/train" in compiled["missing"]
+
+
+def test_a_failing_cell_is_reported_once_and_not_run_again(tmp_path):
+    """A worker that fails (here: a workload no worker knows) becomes an error cell in the
+    results and on the page; its later rounds are skipped, the other cells still run."""
+    steps = [Step(0, "no_such_workload", "cpu"), Step(1, "no_such_workload", "cpu")]
+    lines = []
+    results = run_suite(steps, "smoke", tmp_path, timeout=240, log=lines.append)
+    assert [r["status"] for r in results] == ["error"] and "KeyError" in results[0]["reason"]
+    assert "skipped" in lines[1] and len(lines) == 2
+    rows = report.summarize(results)
+    assert rows == [dict(zip(report.ROW_FIELDS, ("cpu", "no_such_workload", None, None, None, None, None, 0,
+                                                 "error", results[0]["reason"])))]
+    meta = {"size": "smoke", "pairs": 2, "compiled_pairs": 1, "threads": None, "date": "d", "wall_s": 1.0,
+            "machine": report.machine(), "load_start": "0", "load_end": "0", "versions": "v"}
+    page = report.markdown(rows, report.ratios(rows, results), meta, results)
+    assert f"- cpu / no_such_workload: error — {results[0]['reason']}" in page
 
 
 def test_every_measured_op_and_per_token_row_has_the_issue_limit():
