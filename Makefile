@@ -28,7 +28,7 @@ FAST_TESTS := \
 	tests/distributed/test_projection_collectives.py tests/test_compile.py tests/test_autocast.py \
 	tests/test_metrics_registry.py tests/test_nki_op.py tests/test_pilot_steps.py \
 	tests/test_pilot_projection.py tests/test_plan.py tests/test_coverage.py \
-	tests/test_cli_exit_codes.py tests/test_projection_guard.py \
+	tests/test_cli_exit_codes.py tests/test_projection_guard.py tests/test_benchmark_stats.py \
 	tests/test_docs_drift.py tests/test_package_readmes.py tests/test_layering.py
 
 .PHONY: venv demo test test-fast bench clean
