@@ -248,6 +248,29 @@ def test_fast_path_results_are_narrowed_like_every_other_kernel():
         torch_neuronx.set_64bit_mode(mode)
 
 
+def test_in_place_64bit_values_are_still_narrowed_and_strict_loses_nothing():
+    """An in-place op's self keeps its memory and layout, so the fast path keeps no record of it
+    for after the kernel; 64-bit values are the exception: narrowed, or refused with the tensor
+    as it was."""
+    mode = torch_neuronx.get_64bit_mode()
+    try:
+        torch_neuronx.set_64bit_mode("narrow")
+        t = torch.tensor([1, 2], dtype=torch.int64, device="neuron")
+        assert t.fill_(2**40 + 3) is t and t.cpu().tolist() == [3, 3]  # wraps in int32
+        assert t.add_(2**40).cpu().tolist() == [3, 3]
+        d = torch.tensor([0.5, 0.25], dtype=torch.float64, device="neuron")
+        assert d.mul_(1 + 2**-40).cpu().tolist() == [0.5, 0.25]  # rounded to float32
+        torch_neuronx.set_64bit_mode("strict")
+        version = t._version
+        with pytest.raises(RuntimeError, match="does not fit in int32"):
+            t.fill_(2**40)
+        assert t.cpu().tolist() == [3, 3] and t._version == version
+        f = torch.zeros(2, 3, device="neuron")[:, 1]  # a strided view, 32-bit: nothing kept
+        assert f.fill_(7).cpu().tolist() == [7.0, 7.0] and f.stride() == (3,)
+    finally:
+        torch_neuronx.set_64bit_mode(mode)
+
+
 def test_signatures_are_counted_per_shape_and_scalar_and_survive_reset():
     a, b = torch.ones(5, device="neuron"), torch.ones(5, device="neuron")
     torch_neuronx.reset_metrics()

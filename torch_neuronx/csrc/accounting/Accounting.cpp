@@ -190,6 +190,8 @@ void notify_new_signature(
   }
 }
 
+} // namespace
+
 void account_signature(
     const c10::OperatorHandle& op,
     uint64_t args_hash,
@@ -242,19 +244,11 @@ void account_signature(
   notify_new_signature(callback, name, h, box_args());
 }
 
-} // namespace
-
 bool accounting_enabled() {
   return g_enabled.load(std::memory_order_relaxed);
 }
 
-void account_call(
-    const c10::OperatorHandle& op,
-    const KeyBuilder& key,
-    c10::function_ref<std::vector<c10::IValue>()> box_args) {
-  if (key.has_empty_tensor()) {
-    return;
-  }
+void account_contiguity_kernels(const KeyBuilder& key) {
   // The real product makes a strided input contiguous with its own kernel
   // before the op runs.
   for (const at::Tensor* input : key.non_contiguous()) {
@@ -264,7 +258,6 @@ void account_call(
       return std::vector<c10::IValue>{*input};
     });
   }
-  account_signature(op, key.hash(), box_args);
 }
 
 static KeyBuilder boxed_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
