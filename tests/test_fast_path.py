@@ -305,6 +305,46 @@ def test_repeat_counting_is_exact_across_threads():
     assert kernels["per_op"]["aten::mul.Tensor"]["signatures"] == 1
 
 
+def test_repeats_counted_per_thread_are_exact_read_live_after_a_reset_and_after_the_thread_ends():
+    """Each thread counts its repeats itself (no atomic per op): another thread reads them
+    while the worker lives, a reset drops what was counted before it, and the counts of a
+    thread that ended are kept; signature_calls() agrees with the per-op counts."""
+    a = torch.ones(7, device="neuron")
+    a.mul(a)
+    torch_neuronx.reset_metrics()
+    counted, go_on = threading.Event(), threading.Event()
+
+    def work():
+        for _ in range(300):
+            a.mul(a)
+        counted.set()
+        go_on.wait()
+        for _ in range(200):
+            a.mul(a)
+
+    def mul_calls():
+        return torch_neuronx.metrics()["kernels"]["per_op"].get("aten::mul.Tensor", {}).get("calls", 0)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    try:
+        counted.wait(timeout=60)
+        assert mul_calls() == 300  # held in the live worker's own counters
+        assert sum(torch_neuronx._C._signature_calls().values()) == 300
+        torch_neuronx.reset_metrics()
+        assert mul_calls() == 0
+    finally:
+        go_on.set()
+        worker.join()
+    assert mul_calls() == 200  # after the reset, kept when the worker ended
+    torch_neuronx._C._forget_signatures()  # counts stay; the next call is a new signature again
+    for _ in range(5):
+        a.mul(a)
+    kernels = torch_neuronx.metrics()["kernels"]
+    assert kernels["per_op"]["aten::mul.Tensor"]["calls"] == 205
+    assert sum(torch_neuronx._C._signature_calls().values()) == 205
+
+
 def _sdpa_inputs():
     return [torch.randn(2, 3, 16, 8, requires_grad=True) for _ in range(3)]
 
