@@ -240,10 +240,20 @@ int class_of(size_t nbytes) {
   return (k - kFirstShift) * kClassesPerDoubling + static_cast<int>(q) - 1;
 }
 
+// The bytes of each class, a table: a cache hit and its free each need them.
+constexpr std::array<size_t, kClasses> kClassBytes = [] {
+  std::array<size_t, kClasses> bytes{};
+  for (int c = 0; c < kClasses; ++c) {
+    const int k = kFirstShift + c / kClassesPerDoubling;
+    const size_t q = static_cast<size_t>(c % kClassesPerDoubling) + 1;
+    bytes[c] = (size_t{1} << k) + (q << (k - 2));
+  }
+  return bytes;
+}();
+static_assert(kClassBytes[kClasses - 1] == kMinPooledBytes);
+
 size_t class_bytes(int size_class) {
-  const int k = kFirstShift + size_class / kClassesPerDoubling;
-  const size_t q = static_cast<size_t>(size_class % kClassesPerDoubling) + 1;
-  return (size_t{1} << k) + (q << (k - 2));
+  return kClassBytes[size_class];
 }
 
 // Off when TORCHNEURON_HOST_POOL_MB is 0 (no host memory kept).
@@ -310,7 +320,7 @@ void SmallBlocks::empty() {
 // The calling thread's cache while caching is on. Once it is off
 // (TORCHNEURON_HOST_POOL_MB=0), each thread's cache is emptied at the
 // thread's next small allocation or free, so no thread keeps blocks.
-SmallBlocks* small_cache() {
+C10_ALWAYS_INLINE SmallBlocks* small_cache() {
   SmallBlocks* cache = PerThread<SmallBlocks>::get();
   if (cache == nullptr || C10_LIKELY(g_small_cache_on.load(std::memory_order_relaxed))) {
     return cache;
