@@ -248,6 +248,29 @@ def test_fast_path_results_are_narrowed_like_every_other_kernel():
         torch_neuronx.set_64bit_mode(mode)
 
 
+def test_in_place_64bit_values_are_still_narrowed_and_strict_loses_nothing():
+    """An in-place op's self keeps its memory and layout, so the fast path keeps no record of it
+    for after the kernel; 64-bit values are the exception: narrowed, or refused with the tensor
+    as it was."""
+    mode = torch_neuronx.get_64bit_mode()
+    try:
+        torch_neuronx.set_64bit_mode("narrow")
+        t = torch.tensor([1, 2], dtype=torch.int64, device="neuron")
+        assert t.fill_(2**40 + 3) is t and t.cpu().tolist() == [3, 3]  # wraps in int32
+        assert t.add_(2**40).cpu().tolist() == [3, 3]
+        d = torch.tensor([0.5, 0.25], dtype=torch.float64, device="neuron")
+        assert d.mul_(1 + 2**-40).cpu().tolist() == [0.5, 0.25]  # rounded to float32
+        torch_neuronx.set_64bit_mode("strict")
+        version = t._version
+        with pytest.raises(RuntimeError, match="does not fit in int32"):
+            t.fill_(2**40)
+        assert t.cpu().tolist() == [3, 3] and t._version == version
+        f = torch.zeros(2, 3, device="neuron")[:, 1]  # a strided view, 32-bit: nothing kept
+        assert f.fill_(7).cpu().tolist() == [7.0, 7.0] and f.stride() == (3,)
+    finally:
+        torch_neuronx.set_64bit_mode(mode)
+
+
 def test_signatures_are_counted_per_shape_and_scalar_and_survive_reset():
     a, b = torch.ones(5, device="neuron"), torch.ones(5, device="neuron")
     torch_neuronx.reset_metrics()
@@ -280,6 +303,46 @@ def test_repeat_counting_is_exact_across_threads():
     kernels = torch_neuronx.metrics()["kernels"]
     assert kernels["per_op"]["aten::mul.Tensor"]["calls"] == 2000
     assert kernels["per_op"]["aten::mul.Tensor"]["signatures"] == 1
+
+
+def test_repeats_counted_per_thread_are_exact_read_live_after_a_reset_and_after_the_thread_ends():
+    """Each thread counts its repeats itself (no atomic per op): another thread reads them
+    while the worker lives, a reset drops what was counted before it, and the counts of a
+    thread that ended are kept; signature_calls() agrees with the per-op counts."""
+    a = torch.ones(7, device="neuron")
+    a.mul(a)
+    torch_neuronx.reset_metrics()
+    counted, go_on = threading.Event(), threading.Event()
+
+    def work():
+        for _ in range(300):
+            a.mul(a)
+        counted.set()
+        go_on.wait()
+        for _ in range(200):
+            a.mul(a)
+
+    def mul_calls():
+        return torch_neuronx.metrics()["kernels"]["per_op"].get("aten::mul.Tensor", {}).get("calls", 0)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    try:
+        counted.wait(timeout=60)
+        assert mul_calls() == 300  # held in the live worker's own counters
+        assert sum(torch_neuronx._C._signature_calls().values()) == 300
+        torch_neuronx.reset_metrics()
+        assert mul_calls() == 0
+    finally:
+        go_on.set()
+        worker.join()
+    assert mul_calls() == 200  # after the reset, kept when the worker ended
+    torch_neuronx._C._forget_signatures()  # counts stay; the next call is a new signature again
+    for _ in range(5):
+        a.mul(a)
+    kernels = torch_neuronx.metrics()["kernels"]
+    assert kernels["per_op"]["aten::mul.Tensor"]["calls"] == 205
+    assert sum(torch_neuronx._C._signature_calls().values()) == 205
 
 
 def _sdpa_inputs():

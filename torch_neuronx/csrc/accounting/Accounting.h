@@ -22,13 +22,30 @@ void set_accounting(bool enabled, uint64_t salt);
 // declared in Module.cpp: this header stays free of pybind11 for the fallback
 // and the fast path that include it.
 
+// One kernel of signature (op, `args_hash`) ran. `box_args` gives the call's
+// arguments; it runs only for a new signature.
+void account_signature(
+    const c10::OperatorHandle& op,
+    uint64_t args_hash,
+    c10::function_ref<std::vector<c10::IValue>()> box_args);
+// The contiguity kernel the real product runs first for each strided input.
+void account_contiguity_kernels(const KeyBuilder& key);
+
 // One call keyed into `key`. A call with an empty tensor runs no kernel and
 // is not counted; each strided input first counts the contiguity kernel.
-// `box_args` gives the call's arguments; it runs only for a new signature.
-void account_call(
+// Inline: the fast path accounts every call.
+inline void account_call(
     const c10::OperatorHandle& op,
     const KeyBuilder& key,
-    c10::function_ref<std::vector<c10::IValue>()> box_args);
+    c10::function_ref<std::vector<c10::IValue>()> box_args) {
+  if (C10_UNLIKELY(!key.plain())) {
+    if (key.has_empty_tensor()) {
+      return;
+    }
+    account_contiguity_kernels(key);
+  }
+  account_signature(op, key.hash(), box_args);
+}
 // The boxed form: the arguments are on top of the stack.
 void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
 // The hex key the boxed fallback gives this call (the key new signatures are

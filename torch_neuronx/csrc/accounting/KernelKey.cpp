@@ -5,32 +5,10 @@
 
 #include <array>
 #include <atomic>
-#include <cstring>
 #include <mutex>
 
 namespace torch_neuronx {
 namespace {
-
-// Tags for what goes into the key by type only.
-enum Tag : uint64_t {
-  kUndefinedTensor = 0xdead,
-  kNone = 7,
-  kInt = 11,
-  kFloat = 13,
-  kBool = 17,
-  kComplex = 19,
-  kString = 23,
-};
-
-inline void mix(uint64_t& h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-}
-
-uint64_t bits_of(double d) {
-  uint64_t bits;
-  std::memcpy(&bits, &d, sizeof bits);
-  return bits;
-}
 
 std::mutex g_rows_mutex;
 std::vector<std::pair<std::string, std::string>> g_rows;
@@ -89,68 +67,6 @@ struct MaskCache {
 
 } // namespace
 
-void KeyBuilder::tensor(const at::Tensor& t, bool is_out) {
-  if (!t.defined()) {
-    mix(hash_, kUndefinedTensor);
-    return;
-  }
-  // One read of each field, on every call of every kernel.
-  const c10::TensorImpl& impl = *t.unsafeGetTensorImpl();
-  const c10::IntArrayRef sizes = impl.sizes();
-  mix(hash_, static_cast<uint64_t>(impl.dtype().toScalarType()));
-  mix(hash_, static_cast<uint64_t>(sizes.size()));
-  for (auto s : sizes) {
-    mix(hash_, static_cast<uint64_t>(s));
-  }
-  if (is_out) {
-    return;
-  }
-  if (impl.numel() == 0) {
-    has_empty_ = true;
-  } else if (!impl.is_contiguous()) {
-    non_contiguous_.push_back(&t);
-  }
-}
-
-void KeyBuilder::integer(int64_t v, bool is_static) {
-  mix(hash_, is_static ? static_cast<uint64_t>(v) : kInt);
-}
-
-void KeyBuilder::none() {
-  mix(hash_, kNone);
-}
-
-void KeyBuilder::floating(double v, bool is_static) {
-  mix(hash_, is_static ? bits_of(v) : kFloat);
-}
-
-void KeyBuilder::boolean(bool v, bool is_static) {
-  mix(hash_, is_static ? (v ? 3 : 5) : kBool);
-}
-
-void KeyBuilder::complex(c10::complex<double> v, bool is_static) {
-  if (is_static) {
-    mix(hash_, bits_of(v.real()));
-    mix(hash_, bits_of(v.imag()));
-  } else {
-    mix(hash_, kComplex);
-  }
-}
-
-void KeyBuilder::scalar(const c10::Scalar& s, bool is_static) {
-  if (s.isSymbolic()) {
-    value(c10::IValue(s), is_static); // as boxing: a SymInt/SymFloat IValue
-  } else if (s.isFloatingPoint()) {
-    floating(s.toDouble(), is_static);
-  } else if (s.isBoolean()) {
-    boolean(s.toBool(), is_static);
-  } else if (s.isComplex()) {
-    complex(s.toComplexDouble(), is_static);
-  } else {
-    integer(s.toLong(), is_static);
-  }
-}
-
 void KeyBuilder::value(const c10::IValue& v, bool is_static, bool is_out) {
   if (v.isTensor()) {
     tensor(v.toTensor(), is_out);
@@ -168,7 +84,7 @@ void KeyBuilder::value(const c10::IValue& v, bool is_static, bool is_out) {
   } else if (v.isComplexDouble()) {
     complex(v.toComplexDouble(), is_static);
   } else if (v.isString()) {
-    mix(hash_, is_static ? std::hash<std::string>{}(v.toStringRef()) : kString);
+    mix(is_static ? std::hash<std::string>{}(v.toStringRef()) : kString);
   } else if (v.isNone()) {
     none();
   }

@@ -16,25 +16,77 @@
 #include <c10/util/SmallVector.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace torch_neuronx {
 
+// The per-argument steps are defined here, inline: the fast path keys every
+// call, and out-of-line calls per tensor and scalar (and TensorImpl's
+// contiguity switch, left out of line) were a third of its key's cost.
 class KeyBuilder {
  public:
   static constexpr uint64_t kSeed = 0x51ed270b;
 
+  // Tags for what goes into the key by type only.
+  enum Tag : uint64_t {
+    kUndefinedTensor = 0xdead,
+    kNone = 7,
+    kInt = 11,
+    kFloat = 13,
+    kBool = 17,
+    kComplex = 19,
+    kString = 23,
+  };
+
   // `is_out`: an out= argument, keyed by shape and dtype like any tensor but
   // not an input (it may be an empty placeholder the kernel resizes).
-  void tensor(const at::Tensor& t, bool is_out = false);
+  void tensor(const at::Tensor& t, bool is_out = false) {
+    if (!t.defined()) {
+      mix(kUndefinedTensor);
+      return;
+    }
+    // One read of each field, on every call of every kernel.
+    const c10::TensorImpl& impl = *t.unsafeGetTensorImpl();
+    const c10::IntArrayRef sizes = impl.sizes();
+    mix(static_cast<uint64_t>(impl.dtype().toScalarType()));
+    mix(static_cast<uint64_t>(sizes.size()));
+    for (auto s : sizes) {
+      mix(static_cast<uint64_t>(s));
+    }
+    if (is_out) {
+      return;
+    }
+    if (impl.numel() == 0) {
+      has_empty_ = true;
+    } else if (!impl.is_contiguous(at::MemoryFormat::Contiguous)) {
+      non_contiguous_.push_back(&t);
+    }
+  }
   void value(const c10::IValue& v, bool is_static, bool is_out = false);
-  void integer(int64_t v, bool is_static);
+  void integer(int64_t v, bool is_static) {
+    mix(is_static ? static_cast<uint64_t>(v) : kInt);
+  }
   // A Scalar as boxing would key it (double, int, bool or complex), without
   // the IValue: the fast path's scalars (`alpha`, `other`, fill values).
-  void scalar(const c10::Scalar& s, bool is_static);
-  void none();
+  void scalar(const c10::Scalar& s, bool is_static) {
+    if (s.isSymbolic()) {
+      value(c10::IValue(s), is_static); // as boxing: a SymInt/SymFloat IValue
+    } else if (s.isFloatingPoint()) {
+      floating(s.toDouble(), is_static);
+    } else if (s.isBoolean()) {
+      boolean(s.toBool(), is_static);
+    } else if (s.isComplex()) {
+      complex(s.toComplexDouble(), is_static);
+    } else {
+      integer(s.toLong(), is_static);
+    }
+  }
+  void none() {
+    mix(kNone);
+  }
 
   uint64_t hash() const {
     return hash_;
@@ -43,6 +95,10 @@ class KeyBuilder {
   bool has_empty_tensor() const {
     return has_empty_;
   }
+  // Nothing but the call's own kernel to account: no empty input, no strided one.
+  bool plain() const {
+    return !has_empty_ && non_contiguous_.empty();
+  }
   // Strided inputs, each of which makes the real product compile and run its
   // contiguity kernel first. Pointers into the caller's arguments.
   const c10::SmallVector<const at::Tensor*, 2>& non_contiguous() const {
@@ -50,9 +106,28 @@ class KeyBuilder {
   }
 
  private:
-  void floating(double v, bool is_static);
-  void boolean(bool v, bool is_static);
-  void complex(c10::complex<double> v, bool is_static);
+  void mix(uint64_t v) {
+    hash_ ^= v + 0x9e3779b97f4a7c15ULL + (hash_ << 6) + (hash_ >> 2);
+  }
+  static uint64_t bits_of(double d) {
+    uint64_t bits;
+    std::memcpy(&bits, &d, sizeof bits);
+    return bits;
+  }
+  void floating(double v, bool is_static) {
+    mix(is_static ? bits_of(v) : kFloat);
+  }
+  void boolean(bool v, bool is_static) {
+    mix(is_static ? (v ? 3 : 5) : kBool);
+  }
+  void complex(c10::complex<double> v, bool is_static) {
+    if (is_static) {
+      mix(bits_of(v.real()));
+      mix(bits_of(v.imag()));
+    } else {
+      mix(kComplex);
+    }
+  }
 
   uint64_t hash_ = kSeed;
   bool has_empty_ = false;

@@ -90,15 +90,9 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     check_device_index(index);
     const int64_t capacity = capacity_[index].load(std::memory_order_relaxed);
     int64_t allocated = 0;
-    TORCH_CHECK_WITH(
-        OutOfMemoryError, charge_core(index, bytes, capacity, allocated),
-        "Neuron out of memory on neuron:", static_cast<int>(index),
-        " (emulated HBM): tried to allocate ", bytes, " bytes; ",
-        capacity - allocated, " bytes free of ", capacity,
-        " bytes capacity (", allocated,
-        " bytes already allocated). Reduce the batch or sequence length, "
-        "shard the model over more cores, or pick a larger instance profile "
-        "(TORCHNEURON_INSTANCE).");
+    if (C10_UNLIKELY(!charge_core(index, bytes, capacity, allocated))) {
+      out_of_memory(index, bytes, capacity, allocated);
+    }
   }
 
   static void release(void* ctx) {
@@ -178,6 +172,20 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   }
 
  private:
+  // Out of line: the message's code kept every charge's path from being lean.
+  [[noreturn]] C10_NOINLINE static void out_of_memory(
+      c10::DeviceIndex index, size_t bytes, int64_t capacity, int64_t allocated) {
+    TORCH_CHECK_WITH(
+        OutOfMemoryError, false,
+        "Neuron out of memory on neuron:", static_cast<int>(index),
+        " (emulated HBM): tried to allocate ", bytes, " bytes; ",
+        capacity - allocated, " bytes free of ", capacity,
+        " bytes capacity (", allocated,
+        " bytes already allocated). Reduce the batch or sequence length, "
+        "shard the model over more cores, or pick a larger instance profile "
+        "(TORCHNEURON_INSTANCE).");
+  }
+
   std::array<std::atomic<int64_t>, kMaxCores> capacity_{};
 };
 

@@ -69,9 +69,9 @@ class LiveMemory {
         live = static_cast<int64_t>(used);
         return false;
       }
-      TORCH_CHECK(blocks_of(word) < kMaxBlocks,
-                  "the neuron emulator counts at most ", kMaxBlocks,
-                  " live allocations per core; free some tensors");
+      if (C10_UNLIKELY(blocks_of(word) >= kMaxBlocks)) {
+        too_many_blocks();
+      }
       next = word + bytes + kOneBlock;
     } while (!word_.compare_exchange_weak(word, next, std::memory_order_relaxed));
     raise_peaks(next);
@@ -107,6 +107,11 @@ class LiveMemory {
   }
 
  private:
+  // Out of line: the message's code kept the charge's fast path from being lean.
+  [[noreturn]] C10_NOINLINE static void too_many_blocks() {
+    TORCH_CHECK(false, "the neuron emulator counts at most ", kMaxBlocks,
+                " live allocations per core; free some tensors");
+  }
   static uint64_t bytes_of(uint64_t word) {
     return word & (kOneBlock - 1);
   }
@@ -184,12 +189,17 @@ struct ThreadTotals : Totals {
   }
 };
 
-void count(c10::DeviceIndex index, size_t bytes, bool allocated) {
+// A tensor freed by a thread's own teardown, after its table was folded.
+C10_NOINLINE void count_retired(c10::DeviceIndex index, size_t bytes, bool allocated) {
+  std::lock_guard<std::mutex> lock(g_threads_mutex);
+  g_retired.add(index, pool_of(bytes), static_cast<int64_t>(bytes), allocated);
+}
+
+// Inline, its rare case out of line: on every charge and release.
+C10_ALWAYS_INLINE void count(c10::DeviceIndex index, size_t bytes, bool allocated) {
   ThreadTotals* totals = PerThread<ThreadTotals>::get();
   if (C10_UNLIKELY(totals == nullptr)) {
-    // A tensor freed by this thread's own teardown, after its table was folded.
-    std::lock_guard<std::mutex> lock(g_threads_mutex);
-    g_retired.add(index, pool_of(bytes), static_cast<int64_t>(bytes), allocated);
+    count_retired(index, bytes, allocated);
     return;
   }
   totals->add(index, pool_of(bytes), static_cast<int64_t>(bytes), allocated);

@@ -12,11 +12,11 @@
 #include <mutex>
 
 namespace torch_neuronx {
-namespace {
 std::atomic<int> g_device_count{0};
+std::atomic<bool> g_initialized{false};
+namespace {
 std::atomic<int> g_default_device{0};
 thread_local int t_current_device TORCH_NEURONX_FAST_TLS = -1;
-std::atomic<bool> g_initialized{false};
 std::mutex g_init_error_mutex;
 std::string g_init_error;
 std::atomic<bool> g_has_init_error{false};
@@ -47,9 +47,9 @@ c10::DeviceIndex device_count() noexcept {
   return static_cast<c10::DeviceIndex>(g_device_count.load());
 }
 
-void check_device_index(c10::DeviceIndex index) {
+[[noreturn]] void invalid_device_index(c10::DeviceIndex index) {
   TORCH_CHECK(
-      index >= 0 && index < device_count(),
+      false,
       "Invalid neuron device index ", static_cast<int>(index),
       ": this process sees ", static_cast<int>(device_count()),
       " logical NeuronCore(s) (valid indices 0..",
@@ -78,10 +78,7 @@ bool runtime_initialized() {
   return g_initialized.load();
 }
 
-void mark_runtime_initialized() {
-  if (g_initialized.load(std::memory_order_relaxed)) {
-    return;
-  }
+void initialize_on_first_use() {
   if (g_has_init_error.load()) {
     std::lock_guard<std::mutex> lock(g_init_error_mutex);
     if (!g_init_error.empty()) {

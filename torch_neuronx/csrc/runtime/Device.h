@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -27,11 +28,25 @@ void set_current_device(c10::DeviceIndex index);
 // Also the default of threads that never called set_device (torchrun ranks
 // set LOCAL_RANK here, as the real runtime does).
 void set_default_device(c10::DeviceIndex index);
-void check_device_index(c10::DeviceIndex index);
+// Defined in Device.cpp, read inline: every allocation checks both.
+extern std::atomic<int> g_device_count;
+extern std::atomic<bool> g_initialized;
+[[noreturn]] void invalid_device_index(c10::DeviceIndex index);
+void initialize_on_first_use();
+
+inline void check_device_index(c10::DeviceIndex index) {
+  if (C10_UNLIKELY(index < 0 || index >= g_device_count.load(std::memory_order_relaxed))) {
+    invalid_device_index(index);
+  }
+}
 // Set once the runtime has done work (first allocation); mirrors
 // `torch.neuron.is_initialized()`.
 bool runtime_initialized();
-void mark_runtime_initialized();
+inline void mark_runtime_initialized() {
+  if (C10_UNLIKELY(!g_initialized.load(std::memory_order_relaxed))) {
+    initialize_on_first_use();
+  }
+}
 // What the real product's torch_neuronx._lazy_init() does (torch.neuron.init(),
 // get_device_properties(), init_process_group): initialise, and remember it,
 // so that a child forked afterwards is "in a bad fork" and raises the real

@@ -36,7 +36,6 @@
 #include <atomic>
 #include <cstring>
 #include <map>
-#include <random>
 #include <mutex>
 #include <unordered_set>
 #include <vector>
@@ -130,10 +129,6 @@ class HostPool {
             static_cast<int64_t>(cached_bytes_), static_cast<int64_t>(limit_)};
   }
 
-  static bool pooled(size_t nbytes) {
-    return nbytes >= kMinPooledBytes;
-  }
-
   // In a forked child (Fork.h): a fresh lock and this process's own hit and
   // miss counts. The cached blocks stay: fork copied them, they are the
   // child's memory now.
@@ -179,34 +174,61 @@ constexpr int kFirstShift = 10; // the first doubling: (1 KiB, 2 KiB]
 constexpr int kClasses = 32;
 static_assert(size_t{1} << (kFirstShift + kClasses / kClassesPerDoubling) == kMinPooledBytes);
 
-// Ahead of each cached block, like the pool's: its class, and a tag that
-// lets raw_deallocate() (which has only the pointer) tell our blocks from
-// the default allocator's: the block's address keyed with a per-process
-// secret, which another allocator's bytes match only by a 1 in 2^64 chance.
+// Ahead of each cached block, like the pool's: its class.
 struct SmallHeader {
-  uint64_t tag;
   int32_t size_class;
 };
 static_assert(sizeof(SmallHeader) <= kHeader);
-
-uint64_t tag_secret() {
-  static const uint64_t secret = [] {
-    std::random_device seed;
-    return (uint64_t{seed()} << 32) ^ seed() ^ 0x9e3779b97f4a7c15ULL;
-  }();
-  return secret;
-}
-
-uint64_t tag_of(const void* payload) {
-  return reinterpret_cast<uintptr_t>(payload) ^ tag_secret();
-}
 
 SmallHeader* small_header_of(void* payload) {
   return reinterpret_cast<SmallHeader*>(static_cast<char*>(payload) - kHeader);
 }
 
-bool cached_size(size_t nbytes) {
-  return nbytes > kMinCachedBytes && nbytes < kMinPooledBytes;
+// Every small block that exists (made by small_allocate, not yet returned to
+// the system), whichever thread's cache holds it or tensor uses it:
+// raw_deallocate() has only a pointer, and this is how it tells our blocks
+// from the default allocator's without reading memory in front of a pointer
+// that may not be ours. Only blocks made or returned to the system touch it,
+// never a block served from or kept in a thread's cache.
+class SmallBlockRegistry {
+ public:
+  void add(void* payload) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_.insert(payload);
+  }
+  void remove(void* payload) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_.erase(payload);
+  }
+  bool contains(void* payload) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return live_.count(payload) > 0;
+  }
+  void after_fork() {
+    recreate_lock(mutex_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_set<void*> live_;
+};
+
+// Never destroyed, like the pool.
+SmallBlockRegistry& small_blocks() {
+  static auto* instance = new SmallBlockRegistry();
+  return *instance;
+}
+
+const bool g_small_fork_handler = on_fork_child([] { small_blocks().after_fork(); });
+
+// Which tier serves a request of `nbytes`.
+enum class Tier { kPooled, kSmall, kSystem };
+
+Tier tier_of(size_t nbytes) {
+  if (nbytes >= kMinPooledBytes) {
+    return Tier::kPooled;
+  }
+  return nbytes > kMinCachedBytes ? Tier::kSmall : Tier::kSystem;
 }
 
 // The class of a size in (1 KiB, 256 KiB): doubling k (nbytes in
@@ -218,10 +240,20 @@ int class_of(size_t nbytes) {
   return (k - kFirstShift) * kClassesPerDoubling + static_cast<int>(q) - 1;
 }
 
+// The bytes of each class, a table: a cache hit and its free each need them.
+constexpr std::array<size_t, kClasses> kClassBytes = [] {
+  std::array<size_t, kClasses> bytes{};
+  for (int c = 0; c < kClasses; ++c) {
+    const int k = kFirstShift + c / kClassesPerDoubling;
+    const size_t q = static_cast<size_t>(c % kClassesPerDoubling) + 1;
+    bytes[c] = (size_t{1} << k) + (q << (k - 2));
+  }
+  return bytes;
+}();
+static_assert(kClassBytes[kClasses - 1] == kMinPooledBytes);
+
 size_t class_bytes(int size_class) {
-  const int k = kFirstShift + size_class / kClassesPerDoubling;
-  const size_t q = static_cast<size_t>(size_class % kClassesPerDoubling) + 1;
-  return (size_t{1} << k) + (q << (k - 2));
+  return kClassBytes[size_class];
 }
 
 // Off when TORCHNEURON_HOST_POOL_MB is 0 (no host memory kept).
@@ -257,13 +289,10 @@ class SmallBlocks {
     return true;
   }
 
-  void empty() {
-    for (int c = 0; c < kClasses; ++c) {
-      while (counts_[c] > 0) {
-        c10::free_cpu(static_cast<char*>(blocks_[c][--counts_[c]]) - kHeader);
-      }
-    }
-    bytes_ = 0;
+  void empty();
+
+  bool holds_any() const {
+    return bytes_ > 0;
   }
 
  private:
@@ -272,9 +301,39 @@ class SmallBlocks {
   size_t bytes_ = 0;
 };
 
+// Back to the system: out of the registry first, so that a raw free of the
+// same address, reused by glibc, is not taken for ours.
+void free_small_block(void* payload) {
+  small_blocks().remove(payload);
+  c10::free_cpu(static_cast<char*>(payload) - kHeader);
+}
+
+void SmallBlocks::empty() {
+  for (int c = 0; c < kClasses; ++c) {
+    while (counts_[c] > 0) {
+      free_small_block(blocks_[c][--counts_[c]]);
+    }
+  }
+  bytes_ = 0;
+}
+
+// The calling thread's cache while caching is on. Once it is off
+// (TORCHNEURON_HOST_POOL_MB=0), each thread's cache is emptied at the
+// thread's next small allocation or free, so no thread keeps blocks.
+C10_ALWAYS_INLINE SmallBlocks* small_cache() {
+  SmallBlocks* cache = PerThread<SmallBlocks>::get();
+  if (cache == nullptr || C10_LIKELY(g_small_cache_on.load(std::memory_order_relaxed))) {
+    return cache;
+  }
+  if (cache->holds_any()) {
+    cache->empty();
+  }
+  return nullptr;
+}
+
 void* small_allocate(size_t nbytes) {
   const int size_class = class_of(nbytes);
-  SmallBlocks* cache = PerThread<SmallBlocks>::get();
+  SmallBlocks* cache = small_cache();
   if (cache != nullptr) {
     if (void* payload = cache->take(size_class)) {
       return payload;
@@ -282,21 +341,17 @@ void* small_allocate(size_t nbytes) {
   }
   auto* base = static_cast<char*>(c10::alloc_cpu(class_bytes(size_class) + kHeader));
   void* payload = base + kHeader;
-  *small_header_of(payload) = {tag_of(payload), size_class};
+  *small_header_of(payload) = {size_class};
+  small_blocks().add(payload);
   return payload;
 }
 
 void small_release(void* payload) {
   const int size_class = small_header_of(payload)->size_class;
-  SmallBlocks* cache = PerThread<SmallBlocks>::get();
-  if (cache == nullptr || !g_small_cache_on.load(std::memory_order_relaxed) ||
-      !cache->keep(payload, size_class)) {
-    c10::free_cpu(static_cast<char*>(payload) - kHeader);
+  SmallBlocks* cache = small_cache();
+  if (cache == nullptr || !cache->keep(payload, size_class)) {
+    free_small_block(payload);
   }
-}
-
-bool is_small_block(void* data) {
-  return data != nullptr && small_header_of(data)->tag == tag_of(data);
 }
 
 void release_pooled(void* payload) {
@@ -307,7 +362,7 @@ void release_pooled(void* payload) {
 void release_raw(void* data) {
   if (pool().owns(data)) {
     pool().release(data);
-  } else if (is_small_block(data)) {
+  } else if (small_blocks().contains(data)) {
     small_release(data);
   } else {
     c10::free_cpu(data);
@@ -329,13 +384,17 @@ class ScopedPoolAllocator final : public c10::Allocator {
     if (t_scope_depth == 0) {
       return fallback_->allocate(nbytes);
     }
-    if (HostPool::pooled(nbytes)) {
-      void* payload = pool().allocate(nbytes);
-      return {payload, payload, &release_pooled, c10::Device(c10::DeviceType::CPU)};
-    }
-    if (cached_size(nbytes)) {
-      void* payload = small_allocate(nbytes);
-      return {payload, payload, &small_release, c10::Device(c10::DeviceType::CPU)};
+    switch (tier_of(nbytes)) {
+      case Tier::kPooled: {
+        void* payload = pool().allocate(nbytes);
+        return {payload, payload, &release_pooled, c10::Device(c10::DeviceType::CPU)};
+      }
+      case Tier::kSmall: {
+        void* payload = small_allocate(nbytes);
+        return {payload, payload, &small_release, c10::Device(c10::DeviceType::CPU)};
+      }
+      case Tier::kSystem:
+        break;
     }
     return fallback_->allocate(nbytes);
   }
@@ -373,20 +432,29 @@ void install_host_pool(int64_t limit_bytes) {
 }
 
 void* host_pool_allocate(size_t nbytes) {
-  if (HostPool::pooled(nbytes)) {
-    return pool().allocate(nbytes);
+  switch (tier_of(nbytes)) {
+    case Tier::kPooled:
+      return pool().allocate(nbytes);
+    case Tier::kSmall:
+      return small_allocate(nbytes);
+    case Tier::kSystem:
+      break;
   }
-  return cached_size(nbytes) ? small_allocate(nbytes) : c10::alloc_cpu(nbytes);
+  return c10::alloc_cpu(nbytes);
 }
 
 void host_pool_free(void* data, size_t nbytes) {
-  if (HostPool::pooled(nbytes)) {
-    pool().release(data);
-  } else if (cached_size(nbytes)) {
-    small_release(data);
-  } else {
-    c10::free_cpu(data);
+  switch (tier_of(nbytes)) {
+    case Tier::kPooled:
+      pool().release(data);
+      return;
+    case Tier::kSmall:
+      small_release(data);
+      return;
+    case Tier::kSystem:
+      break;
   }
+  c10::free_cpu(data);
 }
 
 void empty_host_pool() {

@@ -36,7 +36,8 @@ class PerThread {
  private:
   static constexpr uintptr_t kEnded = 1;
 
-  static T* create() {
+  // Out of line: each caller's fast path stays a load and a compare.
+  C10_NOINLINE static T* create() {
     T* state = new T();
     owner_.armed = true; // constructs the owner, destroyed when the thread ends
     state_ = state;

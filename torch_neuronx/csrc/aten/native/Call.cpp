@@ -36,7 +36,7 @@ void CallState::note_other(const at::Tensor& t) {
   cpu_tensor_mixed_ |= t.defined() && t.device().is_cpu() && t.dim() > 0;
 }
 
-c10::MaybeOwned<at::Tensor> CallState::alias(const at::Tensor& t, bool is_write) {
+c10::MaybeOwned<at::Tensor> CallState::alias(const at::Tensor& t, Access access) {
   note_device(t.device());
   const at::Tensor* lent = aten_kernel_ ? lend_call_cpu_alias(t, lent_) : nullptr;
   c10::MaybeOwned<at::Tensor> a;
@@ -49,7 +49,8 @@ c10::MaybeOwned<at::Tensor> CallState::alias(const at::Tensor& t, bool is_write)
   auto* storage = a->unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
   by_tensor_.emplace_back(a->unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
   by_storage_.emplace_back(storage, t.unsafeGetTensorImpl());
-  if (is_write) {
+  if (access == Access::kWrite ||
+      (access == Access::kWriteValues && needs_narrowing(t.unsafeGetTensorImpl()->dtype()))) {
     // A strict-mode failure must lose nothing: keep what a 64-bit argument
     // held (a copy, paid only in strict mode and only for in-place/out= ops).
     const auto type = t.scalar_type();
@@ -141,7 +142,7 @@ void CallState::restore_written_args() {
   }
 }
 
-void CallState::sync_written_args() {
+void CallState::sync_recorded_args() {
   for (auto& w : written_) {
     if (w.before.defined()) {
       try {

@@ -21,6 +21,18 @@
 
 namespace torch_neuronx {
 
+// What a kernel may do to a tensor argument it is given.
+enum class Access : uint8_t {
+  kRead,
+  // Change its values only, in the memory and layout it has: the self of an
+  // ATen in-place op (add_, fill_, index_put_, ...; not a view op such as
+  // squeeze_). Nothing comes back after the kernel, unless 64-bit values
+  // need narrowing, so in-place ops pay for no written-argument record.
+  kWriteValues,
+  // Anything: new values, sizes, strides or memory (out=, resize_, set_).
+  kWrite,
+};
+
 class CallState {
  public:
   // `aten_kernel`: the kernel is one of ATen's own CPU kernels (the fast
@@ -38,10 +50,10 @@ class CallState {
   CallState(const CallState&) = delete;
   CallState& operator=(const CallState&) = delete;
 
-  // A CPU alias of the neuron tensor `t` (which must outlive this state).
-  // `is_write`: the op may write the argument (in-place, out=). Borrowed
-  // (valid while this state lives) when it is a recycled one.
-  c10::MaybeOwned<at::Tensor> alias(const at::Tensor& t, bool is_write);
+  // A CPU alias of the neuron tensor `t` (which must outlive this state);
+  // `access`: what the kernel may do to it. Borrowed (valid while this state
+  // lives) when it is a recycled one.
+  c10::MaybeOwned<at::Tensor> alias(const at::Tensor& t, Access access);
   // Record a device an argument asks for (e.g. a `device=` argument).
   void note_device(c10::Device d);
   // A non-neuron tensor argument: only 0-dim CPU tensors may be mixed in.
@@ -56,7 +68,11 @@ class CallState {
   // kernel did to its alias (new size, new memory), and narrow 64-bit values.
   // In strict 64-bit mode a value out of range raises with every written
   // argument as it was before the call.
-  void sync_written_args();
+  void sync_written_args() {
+    if (!written_.empty()) {
+      sync_recorded_args();
+    }
+  }
   // Map one returned CPU tensor back to the device (moved in: a result
   // nothing else holds becomes the neuron tensor without a reference count
   // changing). The caller keeps the result alive until every result of the
@@ -72,6 +88,7 @@ class CallState {
     // Strict 64-bit mode only: the values before the kernel wrote them.
     at::Tensor before;
   };
+  void sync_recorded_args();
   void restore_written_args();
 
   bool aten_kernel_;

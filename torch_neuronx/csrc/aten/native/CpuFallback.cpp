@@ -82,11 +82,13 @@ void alias_arguments(FallbackCall& call) {
   for (size_t i = 0; i < arguments.size(); ++i) {
     auto& value = call.stack[call.begin + i];
     const auto& arg = arguments[i];
-    const bool is_write = arg.alias_info() != nullptr && arg.alias_info()->isWrite();
+    const Access access = arg.alias_info() != nullptr && arg.alias_info()->isWrite()
+        ? Access::kWrite
+        : Access::kRead;
     if (value.isTensor()) {
       if (is_neuron(value.toTensor())) {
         call.originals.push_back(std::move(value).toTensor());
-        value = *state.alias(call.originals.back(), is_write);
+        value = *state.alias(call.originals.back(), access);
       } else {
         state.note_other(value.toTensor());
       }
@@ -95,7 +97,7 @@ void alias_arguments(FallbackCall& call) {
       for (size_t j = 0; j < list.size(); ++j) {
         at::Tensor t = list.get(j);
         if (is_neuron(t)) {
-          list.set(j, *state.alias(t, is_write));
+          list.set(j, *state.alias(t, access));
           call.originals.push_back(std::move(t));
         } else {
           state.note_other(t);
@@ -110,7 +112,7 @@ void alias_arguments(FallbackCall& call) {
         // Python indexing (x[:, idx]) passes undefined tensors, not None,
         // for the sliced dimensions: they have no device to ask for.
         if (element.isTensor() && is_neuron(element.toTensor())) {
-          list.set(j, *state.alias(element.toTensor(), is_write));
+          list.set(j, *state.alias(element.toTensor(), access));
           call.originals.push_back(std::move(element).toTensor());
         }
       }

@@ -89,7 +89,7 @@ void key_arg(KeyBuilder& key, const T& value, bool is_static, bool is_out) {
 template <class T>
 struct Slot {
   template <class U>
-  static U&& map(CallState&, U&& value, bool) {
+  static U&& map(CallState&, U&& value, Access) {
     return std::forward<U>(value);
   }
 };
@@ -97,12 +97,12 @@ struct Slot {
 template <>
 struct Slot<const at::Tensor&> {
   c10::MaybeOwned<at::Tensor> alias;
-  const at::Tensor& map(CallState& state, const at::Tensor& t, bool written) {
+  const at::Tensor& map(CallState& state, const at::Tensor& t, Access access) {
     if (!is_neuron(t)) {
       state.note_other(t);
       return t;
     }
-    alias = state.alias(t, written);
+    alias = state.alias(t, access);
     return *alias;
   }
 };
@@ -112,12 +112,12 @@ template <>
 struct Slot<at::Tensor&> {
   c10::MaybeOwned<at::Tensor> alias;
   at::Tensor* original = nullptr;
-  at::Tensor& map(CallState& state, at::Tensor& t, bool) {
+  at::Tensor& map(CallState& state, at::Tensor& t, Access access) {
     if (!is_neuron(t)) {
       state.note_other(t);
       return t;
     }
-    alias = state.alias(t, /*is_write=*/true);
+    alias = state.alias(t, access);
     original = &t;
     // The kernel's signature takes a mutable handle; ATen's in-place and
     // out= kernels change the tensor behind it, never the handle itself.
@@ -129,25 +129,25 @@ template <>
 struct Slot<const std::optional<at::Tensor>&> {
   std::optional<at::Tensor> alias;
   const std::optional<at::Tensor>& map(
-      CallState& state, const std::optional<at::Tensor>& t, bool written) {
+      CallState& state, const std::optional<at::Tensor>& t, Access access) {
     if (!t.has_value() || !is_neuron(*t)) {
       if (t.has_value()) {
         state.note_other(*t);
       }
       return t;
     }
-    alias = *state.alias(*t, written);
+    alias = *state.alias(*t, access);
     return alias;
   }
 };
 
 template <class List>
-std::vector<at::Tensor> map_list(CallState& state, const List& list, bool written) {
+std::vector<at::Tensor> map_list(CallState& state, const List& list, Access access) {
   std::vector<at::Tensor> out;
   out.reserve(list.size());
   for (const at::Tensor& t : list) {
     if (is_neuron(t)) {
-      out.push_back(*state.alias(t, written));
+      out.push_back(*state.alias(t, access));
     } else {
       state.note_other(t);
       out.push_back(t);
@@ -159,8 +159,8 @@ std::vector<at::Tensor> map_list(CallState& state, const List& list, bool writte
 template <>
 struct Slot<at::TensorList> {
   std::vector<at::Tensor> aliases;
-  at::TensorList map(CallState& state, at::TensorList list, bool written) {
-    aliases = map_list(state, list, written);
+  at::TensorList map(CallState& state, at::TensorList list, Access access) {
+    aliases = map_list(state, list, access);
     return aliases;
   }
 };
@@ -169,8 +169,8 @@ template <>
 struct Slot<const at::ITensorListRef&> {
   std::vector<at::Tensor> aliases;
   std::optional<at::ITensorListRef> ref;
-  const at::ITensorListRef& map(CallState& state, const at::ITensorListRef& list, bool written) {
-    aliases = map_list(state, list, written);
+  const at::ITensorListRef& map(CallState& state, const at::ITensorListRef& list, Access access) {
+    aliases = map_list(state, list, access);
     return ref.emplace(aliases);
   }
 };
@@ -181,13 +181,13 @@ template <>
 struct Slot<const c10::List<std::optional<at::Tensor>>&> {
   std::optional<c10::List<std::optional<at::Tensor>>> aliases;
   const c10::List<std::optional<at::Tensor>>& map(
-      CallState& state, const c10::List<std::optional<at::Tensor>>& list, bool written) {
+      CallState& state, const c10::List<std::optional<at::Tensor>>& list, Access access) {
     c10::List<std::optional<at::Tensor>> out;
     out.reserve(list.size());
     for (size_t j = 0; j < list.size(); ++j) {
       std::optional<at::Tensor> t = list.get(j);
       if (t.has_value() && t->defined() && is_neuron(*t)) {
-        out.push_back(*state.alias(*t, written));
+        out.push_back(*state.alias(*t, access));
       } else {
         out.push_back(std::move(t));
       }
@@ -202,13 +202,13 @@ template <class... Args>
 class Call {
  public:
   static constexpr size_t N = sizeof...(Args);
-  explicit Call(const std::array<bool, N>& written) : written_(written) {}
+  explicit Call(const std::array<Access, N>& access) : access_(access) {}
 
   CallState state{/*aten_kernel=*/true};
 
   template <size_t I, class T>
   decltype(auto) map(T&& value) {
-    return std::get<I>(slots_).map(state, std::forward<T>(value), written_[I]);
+    return std::get<I>(slots_).map(state, std::forward<T>(value), access_[I]);
   }
 
   // The caller's tensor behind an in-place result.
@@ -230,7 +230,7 @@ class Call {
     return slot.original != nullptr && slot.alias->is_same(result) ? slot.original : nullptr;
   }
 
-  const std::array<bool, N>& written_;
+  const std::array<Access, N>& access_;
   std::tuple<Slot<Args>...> slots_;
 };
 
@@ -285,23 +285,32 @@ template <class Op, class Ret, class... Args>
 struct FastKernel<Op, Ret(Args...)> {
   static constexpr size_t N = sizeof...(Args);
 
-  static const c10::OperatorHandle& handle() {
+  // Inline: the static's guard is one load on every call.
+  C10_ALWAYS_INLINE static const c10::OperatorHandle& handle() {
     static const c10::OperatorHandle op =
         c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
     return op;
   }
 
-  static const std::array<bool, N>& written() {
-    static const std::array<bool, N> written = [] {
-      std::array<bool, N> w{};
+  // Per argument, from the schema: written or not, and an in-place self
+  // (positional, of an op that is not a view op) keeps its memory and layout.
+  static const std::array<Access, N>& access() {
+    static const std::array<Access, N> access = [] {
+      std::array<Access, N> a{};
       const auto& arguments = handle().schema().arguments();
       TORCH_INTERNAL_ASSERT(arguments.size() == N, Op::name, ": schema and signature differ");
+      const bool view_op = handle().hasTag(at::Tag::inplace_view);
       for (size_t i = 0; i < N; ++i) {
-        w[i] = arguments[i].alias_info() != nullptr && arguments[i].alias_info()->isWrite();
+        const auto* alias = arguments[i].alias_info();
+        if (alias == nullptr || !alias->isWrite()) {
+          a[i] = Access::kRead;
+        } else {
+          a[i] = arguments[i].kwarg_only() || view_op ? Access::kWrite : Access::kWriteValues;
+        }
       }
-      return w;
+      return a;
     }();
-    return written;
+    return access;
   }
 
   // The kernel accounting of one call (when accounting is on), also for a
@@ -328,7 +337,7 @@ struct FastKernel<Op, Ret(Args...)> {
 
   template <size_t... I>
   static Ret call_mapped(std::index_sequence<I...>, Args... args) {
-    Call<Args...> call(written());
+    Call<Args...> call(access());
     std::tuple<Args...> mapped{call.template map<I>(args)...};
     call.state.check_devices(handle().operator_name());
     account(args...);
