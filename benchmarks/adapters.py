@@ -74,6 +74,8 @@ class _Projecting:
         counts, spent_before = mark
         in_run = self._spent() - spent_before
         window = projected.since(counts)  # projects the queued signatures: outside the timed steps
+        if not window.step.seconds:  # kernel accounting off: no device work was recorded to project
+            return None
         return {"seconds": window.step.seconds, "mfu": window.step.mfu, "window": window,
                 "cost": get_projector().cost(window.step.seconds / steps), "in_run_seconds": in_run,
                 "deferred_seconds": self._spent() - spent_before - in_run}

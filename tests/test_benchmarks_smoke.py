@@ -171,6 +171,14 @@ def test_a_failing_cell_is_reported_once_and_not_run_again(tmp_path):
     assert f"- cpu / no_such_workload: error — {results[0]['reason']}" in page
 
 
+def test_decoding_with_kernel_accounting_off_runs_and_projects_nothing(tmp_path):
+    """``neuron_noacct`` records no kernels, so there is no device work to project: its
+    ``generate`` cell is measured without projected rows (it divided by a zero projection)."""
+    result = run_worker(BY_NAME["neuron_noacct"], "generate", "smoke", 240, tmp_path / "log")
+    assert result["status"] == "ok", (tmp_path / "log").read_text()[-2000:]
+    assert result["metrics"]["per_token_ms"] and not [m for m in result["metrics"] if m.startswith("projected_")]
+
+
 def test_every_measured_op_and_per_token_row_has_the_issue_limit():
     """Issue 27's targets: each op the ``ops`` workload times is a per-op row with a limit of
     1.15x CPU eager (its wall clock; its thread-CPU-time row is context, without a limit); both per-token rows of the manual decode loop have a limit of 1.05x."""
