@@ -129,13 +129,15 @@ def _activation_tracker():
     return ActivationPeakTracker()
 
 
-def _training_inputs(model, ids: torch.Tensor) -> dict:
+def _training_inputs(model, ids: torch.Tensor, checkpointing: bool) -> dict:
     """Inputs with labels for the model's own loss (a masked LM also gets its next-sentence label).
 
-    A training step keeps no key/value cache: ``use_cache=False`` says so, instead of letting
-    Transformers print its notice that a cache is incompatible with gradient checkpointing."""
+    With activation checkpointing Transformers turns the key/value cache off itself, after printing
+    a notice that the two are incompatible; ``use_cache=False`` does the same without the notice.
+    Without checkpointing the call stays the user's (the model's default), so the trace matches the
+    step the device runs."""
     inputs = {"input_ids": ids, "labels": ids}
-    if "use_cache" in inspect.signature(model.forward).parameters:
+    if checkpointing and "use_cache" in inspect.signature(model.forward).parameters:
         inputs["use_cache"] = False
     if "next_sentence_label" in inspect.signature(model.forward).parameters:
         inputs["next_sentence_label"] = torch.zeros(ids.shape[0], dtype=torch.long)
@@ -158,7 +160,7 @@ def _run(config, work: Workload, layers: int, projector: Projector) -> tuple[flo
                 model.activation_checkpointing_enable({"use_reentrant": False})
             with tracker:
                 with ProjectionMode(projector) as fwd, autocast:
-                    loss = model(**_training_inputs(model, ids)).loss
+                    loss = model(**_training_inputs(model, ids, work.checkpointing)).loss
                 with ProjectionMode(projector) as bwd:
                     bwd.backward(loss)
             runs = {"forward": fwd, "backward": bwd}
