@@ -13,6 +13,7 @@ import torch_neuronx
 from torch_neuronx import projection as P
 from torch_neuronx.accounting import projected, use_neff_cache
 from torch_neuronx.pilot.steps import compilation, cost, performance
+from torch_neuronx.testing.decoding import cache_argument
 
 transformers = pytest.importorskip("transformers")
 
@@ -141,9 +142,9 @@ def test_the_plan_trace_projects_the_same_inference_as_the_device(build, clean_m
     model = model.to("neuron").eval()
     ids = torch.randint(0, cfg.vocab_size, (2, 16)).to("neuron")
     with torch.no_grad():
-        cache = []
-        prefill = _device_calls(lambda: cache.append(model(input_ids=ids, use_cache=True).past_key_values))
-        decode = _device_calls(lambda: model(input_ids=ids[:, :1], past_key_values=cache[0], use_cache=True))
+        cache, name = [], cache_argument(model)
+        prefill = _device_calls(lambda: cache.append(getattr(model(input_ids=ids, use_cache=True), name)))
+        decode = _device_calls(lambda: model(input_ids=ids[:, :1], use_cache=True, **{name: cache[0]}))
     device = prefill + decode
     projector = P.get_projector()
     traced = trace(cfg, Workload("infer", 1, 2, 16, torch.float32, decode_cache_len=16), projector)
