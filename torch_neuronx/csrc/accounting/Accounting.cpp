@@ -175,10 +175,6 @@ uint64_t calls_of(const SignatureCounts& signature,
 const bool g_fork_handler = on_fork_child([] { recreate_lock(g_mutex); });
 py::object* g_callback = nullptr; // leaked on purpose: outlives interpreter teardown
 
-inline void mix(uint64_t& h, uint64_t v) {
-  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-}
-
 void describe_value(std::ostream& os, const c10::IValue& v) {
   if (v.isTensor()) {
     const auto& t = v.toTensor();
@@ -296,7 +292,7 @@ void account_signature(
     c10::function_ref<std::vector<c10::IValue>()> box_args) {
   const auto& schema = op.schema();
   uint64_t repeat_key = args_hash;
-  mix(repeat_key, reinterpret_cast<uintptr_t>(&schema));
+  mix_hash(repeat_key, reinterpret_cast<uintptr_t>(&schema));
   repeat_key |= 1; // 0 marks an empty slot
   RepeatCache* repeats = PerThread<RepeatCache>::get();
   RepeatCache::Slot* cached = repeats != nullptr ? &repeats->slot(repeat_key) : nullptr;
@@ -319,8 +315,8 @@ void account_signature(
       counts.name = os.str();
       counts.name_hash = std::hash<std::string>{}(counts.name);
     }
-    mix(h, counts.name_hash);
-    mix(h, args_hash);
+    mix_hash(h, counts.name_hash);
+    mix_hash(h, args_hash);
     auto& signature = g_signatures[h];
     signature.op = &counts;
     ++signature.calls;
@@ -382,8 +378,8 @@ std::string signature_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IVal
   std::ostringstream name;
   name << op.schema().operator_name();
   uint64_t h = g_salt.load();
-  mix(h, std::hash<std::string>{}(name.str()));
-  mix(h, boxed_key(op, args).hash());
+  mix_hash(h, std::hash<std::string>{}(name.str()));
+  mix_hash(h, boxed_key(op, args).hash());
   return hex_key(h);
 }
 

@@ -23,6 +23,13 @@
 
 namespace torch_neuronx {
 
+// One value into a running hash (boost's combine). The kernel key and the
+// signature hash built on it share it: the persistent cache's hex keys
+// depend on this exact formula.
+inline void mix_hash(uint64_t& h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+}
+
 // The per-argument steps are defined here, inline: the fast path keys every
 // call, and out-of-line calls per tensor and scalar (and TensorImpl's
 // contiguity switch, left out of line) were a third of its key's cost.
@@ -107,7 +114,7 @@ class KeyBuilder {
 
  private:
   void mix(uint64_t v) {
-    hash_ ^= v + 0x9e3779b97f4a7c15ULL + (hash_ << 6) + (hash_ >> 2);
+    mix_hash(hash_, v);
   }
   static uint64_t bits_of(double d) {
     uint64_t bits;
