@@ -44,6 +44,7 @@ def _register() -> None:
         topology = _profiles.default_topology()
 
     neuron._configure(topology)
+    neuron.autograd_workers.install()  # first: exit handlers run last-registered first
     torch.utils.rename_privateuse1_backend("neuron")
     torch._register_device_module("neuron", neuron)
     torch.utils.generate_methods_for_privateuse1_backend(

@@ -38,7 +38,7 @@ from ..accounting import projected
 from ..runtime.errors import first_line
 from ..runtime.log import get_logger
 from ..runtime.settings import get_flag
-from . import (artifacts, cache, complex_decompose, device_interface, failed_backward, kernel_lowering, passes,
+from . import (artifacts, cache, complex_decompose, device_interface, kernel_lowering, passes,
                stablehlo)
 from .aliased_execution import alias_runner
 from .index_put import index_put_as_scatter
@@ -215,8 +215,6 @@ def _compile_aot_graph(
             i for i, v in enumerate(_graph_outputs(gm)) if isinstance(v, torch.Tensor) and (v.is_conj() or v.is_neg())])
     except Exception as exc:
         if eager_graph is None:
-            if is_backward:  # raised on the device's autograd thread (compile/failed_backward.py)
-                failed_backward.note()
             raise NEFFCompilationError(SETUP_FAILED.format(exc)) from exc
         _note_fallback(exc)
         runner = make_boxed_func(eager_graph.forward)

@@ -6,6 +6,7 @@
 #include "numerics/Narrowing.h"
 #include "runtime/Alias.h"
 #include "runtime/Allocator.h"
+#include "runtime/AutogradWorkers.h"
 #include "runtime/Device.h"
 #include "runtime/Generators.h"
 #include "runtime/GraphInputs.h"
@@ -101,6 +102,8 @@ void bind_runtime(py::module& m) {
         "Forked after the runtime was initialised from Python (runtime/Fork.cpp)");
   m.def("_set_init_error", &set_init_error);
   m.def("_device_capacity", [](int index) { return device_capacity(index); });
+  m.def("_settle_autograd_workers", &settle_autograd_workers, py::call_guard<py::gil_scoped_release>(),
+        "Wait until these devices' autograd workers dropped every earlier graph task (runtime/AutogradWorkers.cpp)");
   m.def("_cpu_alias", &cpu_alias, "Zero-copy CPU view of a neuron tensor");
   m.def("_adopt_cpu_tensor",
         [](const at::Tensor& t, int index) { return adopt_cpu_tensor(t, index); },

@@ -53,6 +53,7 @@ from .streams import (  # noqa: F401
     set_stream,
     stream,
 )
+from . import autograd_workers  # noqa: F401  (its exit handler: torch_neuronx._register)
 from . import memory  # noqa: F401  (torch.neuron.memory, as in the real product)
 
 _topology: Topology | None = None

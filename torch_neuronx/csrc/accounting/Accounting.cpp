@@ -389,6 +389,10 @@ void set_accounting(bool enabled, uint64_t salt) {
   g_enabled = enabled;
 }
 
+uint64_t accounting_salt() {
+  return g_salt.load();
+}
+
 void set_signature_callback(py::object fn) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (fn.is_none()) {

@@ -18,6 +18,7 @@ namespace torch_neuronx {
 bool accounting_enabled();
 // `salt`: the compiler configuration (target, LNC, opt level, flags).
 void set_accounting(bool enabled, uint64_t salt);
+uint64_t accounting_salt();
 // set_signature_callback(), the Python callback for new signatures, is
 // declared in Module.cpp: this header stays free of pybind11 for the fallback
 // and the fast path that include it.
