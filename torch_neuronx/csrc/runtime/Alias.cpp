@@ -191,6 +191,16 @@ void return_call_cpu_aliases(uint32_t lent) {
   }
 }
 
+LentCpuAlias::LentCpuAlias(const at::Tensor& t) {
+  if (!is_neuron(t)) {
+    alias_ = c10::MaybeOwned<at::Tensor>::borrowed(t);
+  } else if (const at::Tensor* lent = lend_call_cpu_alias(t, lent_)) {
+    alias_ = c10::MaybeOwned<at::Tensor>::borrowed(*lent);
+  } else {
+    alias_ = c10::MaybeOwned<at::Tensor>::owned(unowned_cpu_alias(t));
+  }
+}
+
 at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index) {
   if (!cpu.defined()) {
     return cpu;
