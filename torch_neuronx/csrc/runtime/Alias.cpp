@@ -34,11 +34,22 @@ class AliasImpl final : public c10::TensorImpl {
     storage_offset_ = source.storage_offset();
     numel_ = source.numel();
     is_contiguous_ = source.is_contiguous(at::MemoryFormat::Contiguous);
-    is_channels_last_contiguous_ = source.is_contiguous(at::MemoryFormat::ChannelsLast);
-    is_channels_last_3d_contiguous_ = source.is_contiguous(at::MemoryFormat::ChannelsLast3d);
-    is_channels_last_ = source.is_strides_like(at::MemoryFormat::ChannelsLast);
-    is_channels_last_3d_ = source.is_strides_like(at::MemoryFormat::ChannelsLast3d);
-    is_non_overlapping_and_dense_ = source.is_non_overlapping_and_dense();
+    const int64_t dim = source.dim();
+    if (dim == 4 || dim == 5) {
+      is_channels_last_contiguous_ = source.is_contiguous(at::MemoryFormat::ChannelsLast);
+      is_channels_last_3d_contiguous_ = source.is_contiguous(at::MemoryFormat::ChannelsLast3d);
+      is_channels_last_ = source.is_strides_like(at::MemoryFormat::ChannelsLast);
+      is_channels_last_3d_ = source.is_strides_like(at::MemoryFormat::ChannelsLast3d);
+    } else {
+      // PyTorch's own rule (TensorImpl::_refresh_contiguous): only 4-d and
+      // 5-d tensors can be channels-last; asking was four out-of-line calls.
+      is_channels_last_contiguous_ = false;
+      is_channels_last_3d_contiguous_ = false;
+      is_channels_last_ = false;
+      is_channels_last_3d_ = false;
+    }
+    // A contiguous tensor is non-overlapping and dense by definition.
+    is_non_overlapping_and_dense_ = is_contiguous_ || source.is_non_overlapping_and_dense();
   }
 };
 
