@@ -75,16 +75,18 @@ at::Tensor cpu_view(const at::Tensor& t, c10::DataPtr data) {
 
 // Pointed at `t`'s bytes without a reference; fresh objects for every alias
 // were a third of the fast path's own cost on a small op (two heap objects
-// made and freed per argument). A storage's search starts at the shell its
-// address hashes to, so a tensor used again (weights, a cache, a loop's
-// operands) usually finds the shell still pointing at its bytes. A lent shell
-// is marked, not referenced: its reference count stays 1 unless something
-// else (a result viewing it) still holds it, which also keeps it out of use.
+// made and freed per argument). A tensor's search starts at the shell its
+// layout (sizes, strides, offset, dtype) hashes to: most arguments of a
+// decode step are fresh results in a few recurring layouts, which then find
+// a shell needing only their bytes' address. Hashed by storage, as before,
+// three lends in four re-copied a layout. A lent shell is marked, not
+// referenced: its reference count stays 1 unless something else (a result
+// viewing it) still holds it, which also keeps it out of use.
 class AliasPool {
  public:
   const at::Tensor* lend(const at::Tensor& t, uint32_t& lent) {
     const c10::Storage& neuron = t.storage();
-    const size_t home = (reinterpret_cast<uintptr_t>(neuron.unsafeGetStorageImpl()) >> 4) % kShells;
+    const size_t home = home_of(*t.unsafeGetTensorImpl());
     for (size_t k = 0; k < kShells; ++k) {
       const size_t i = (home + k) % kShells;
       const uint32_t bit = uint32_t{1} << i;
@@ -116,6 +118,18 @@ class AliasPool {
   // A shell is a plain CPU tensor we made: its storage needs no virtual call.
   static const c10::Storage& storage_of(const at::Tensor& shell) {
     return shell.unsafeGetTensorImpl()->unsafe_storage();
+  }
+
+  static size_t home_of(const c10::TensorImpl& t) {
+    constexpr uint64_t kPrime = 0x100000001b3; // FNV-1a's
+    uint64_t h = (static_cast<uint64_t>(t.storage_offset()) ^ static_cast<uint64_t>(t.dtype().toScalarType())) * kPrime;
+    const auto sizes = t.sizes();
+    const auto strides = t.strides();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      h = (h ^ static_cast<uint64_t>(sizes[i])) * kPrime;
+      h = (h ^ static_cast<uint64_t>(strides[i])) * kPrime;
+    }
+    return (h >> 24) % kShells;
   }
 
   // Sizes, strides and offset; a tensor used again (weights, a loop's
