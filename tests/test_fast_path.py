@@ -189,6 +189,21 @@ def test_recycled_aliases_take_each_layout_with_its_contiguity():
                 assert torch.equal(got.cpu(), expected), (name, op_name)
 
 
+def test_recycled_aliases_follow_tensors_of_one_layout_in_different_memory():
+    """A recycled alias is found by layout (csrc/runtime/Alias.cpp): tensors of one layout in
+    different memory (separate tensors, a slice of a larger storage, fresh results) take turns
+    on the same alias, and each call sees its own bytes."""
+    cpu = [torch.randn(3, 4), torch.randn(3, 4), torch.randn(100)[:12].view(3, 4)]
+    dev = [t.to("neuron") for t in cpu]
+    for _ in range(2):
+        for i in range(3):
+            j = (i + 1) % 3
+            assert torch.equal((dev[i] * dev[j]).cpu(), cpu[i] * cpu[j])
+            assert torch.equal(torch.neg(dev[j] - dev[i]).cpu(), torch.neg(cpu[j] - cpu[i]))
+            dev[i].add_(dev[j]), cpu[i].add_(cpu[j])
+            assert torch.equal(dev[i].cpu(), cpu[i]) and torch.equal(dev[j].cpu(), cpu[j])
+
+
 def test_an_argument_listed_twice_or_more_arguments_than_recycled_aliases():
     """Recycled aliases are lent per call (csrc/runtime/Alias.cpp, 32 per thread): a tensor
     passed twice gets two, a call with more tensors than that makes its own for the rest,
