@@ -3,6 +3,7 @@
   python -m benchmarks.eager_instructions                  # add, mul, fill_ (64×64), decode, train
   python -m benchmarks.eager_instructions --only add,decode --ops 5000 --tokens 5 --steps 1
   python -m benchmarks.eager_instructions --only train --steps 1 --size smoke   # minutes, not hours
+  python -m benchmarks.eager_instructions --only decode --tokens 5 --cache      # + cache and branch simulation
 
 A host measurement that load does not disturb: each (workload, device) runs in its own process
 under ``valgrind --tool=callgrind`` with collection switched on only around the measured loop
@@ -10,6 +11,9 @@ under ``valgrind --tool=callgrind`` with collection switched on only around the 
 times on a shared machine swing by tens of percent; instruction counts by well under one. They
 are not times (a cache miss costs more than an add), but the device path's own cost is
 bookkeeping — aliasing, accounting, allocation — whose instructions track its time closely.
+Where ops alternate (a decode step) the bookkeeping's footprint costs as much as its
+instructions: ``--cache`` adds callgrind's cache and branch simulation (several times slower)
+and reports L1 instruction and data misses and mispredicted branches next to the instructions.
 """
 from __future__ import annotations
 
@@ -111,34 +115,57 @@ class _DecodeSteps:
         self.toggle()
 
 
-def count_instructions(workload: str, device: str, count: int, valgrind: str, size: str = "full") -> int:
-    """Instructions callgrind collected in one child process running the measured loop."""
+# What --cache reports, summed from callgrind's events (I1mr; D1mr + D1mw; Bcm + Bim).
+CACHE_EVENTS = {"I1 misses": ("I1mr",), "D1 misses": ("D1mr", "D1mw"), "mispredicts": ("Bcm", "Bim")}
+
+
+def parse_events(stderr: str) -> dict[str, int]:
+    """callgrind's collected totals by event name (its "Events :" and "Collected :" lines)."""
+    names = re.search(r"Events\s*:\s*([^\n]+)", stderr)
+    values = re.search(r"Collected\s*:\s*([\d ]+)", stderr)
+    if names is None or values is None:
+        return {}
+    return dict(zip(names.group(1).split(), map(int, values.group(1).split())))
+
+
+def count_instructions(workload: str, device: str, count: int, valgrind: str, size: str = "full",
+                       cache: bool = False) -> dict[str, int]:
+    """callgrind's totals in one child process running the measured loop: ``Ir`` (instructions),
+    with ``cache`` also the cache and branch simulation's events."""
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "callgrind.out"
         command = [valgrind, "--tool=callgrind", "--collect-atstart=no",
+                   *(["--cache-sim=yes", "--branch-sim=yes"] if cache else []),
                    f"--callgrind-out-file={out}", sys.executable, "-m", "benchmarks.eager_instructions",
                    "--child", workload, device, str(count), size]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
         done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
-        collected = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
-        if done.returncode != 0 or collected is None:
+        events = parse_events(done.stderr)
+        if done.returncode != 0 or "Ir" not in events:
             raise SystemExit(f"{workload} on {device}: the callgrind run failed:\n{done.stderr[-2000:]}")
-        return int(collected.group(1))
+        return events
 
 
 def measure(workloads, ops: int, tokens: int, steps: int, valgrind: str, size: str = "full",
-            log=print) -> list[dict]:
+            log=print, cache: bool = False) -> list[dict]:
     rows = []
     for workload in workloads:
         count = {"decode": tokens, "train": steps}.get(workload, ops)
         measured = count - 1 if workload == "decode" else count
-        per = {}
+        per, misses = {}, {}
         for device in ("cpu", "neuron"):
-            per[device] = count_instructions(workload, device, count, valgrind, size) / measured
+            events = count_instructions(workload, device, count, valgrind, size, cache)
+            per[device] = events["Ir"] / measured
             log(f"{workload} on {device}: {per[device]:,.0f} instructions per "
                 f"{UNITS.get(workload, 'op')}")
-        rows.append({"workload": workload, "count": measured, **per, "ratio": per["neuron"] / per["cpu"],
-                     "size": "full" if workload in OPS else size})
+            if cache:
+                misses[device] = {name: sum(events[e] for e in parts) / measured
+                                  for name, parts in CACHE_EVENTS.items()}
+        row = {"workload": workload, "count": measured, **per, "ratio": per["neuron"] / per["cpu"],
+               "size": "full" if workload in OPS else size}
+        if cache:
+            row["misses"] = misses
+        rows.append(row)
     return rows
 
 
@@ -152,6 +179,16 @@ def markdown(rows: list[dict]) -> str:
             unit += f" ({r['size']} model)"
         lines.append(f"| `{r['workload']}` | {unit} | {r['cpu']:,.0f} | {r['neuron']:,.0f} | "
                      f"{r['neuron'] - r['cpu']:+,.0f} | {r['ratio']:.3f} |")
+    cached = [r for r in rows if "misses" in r]
+    if cached:
+        lines += ["", "Cache and branch simulation (callgrind `--cache-sim=yes --branch-sim=yes`), "
+                  "per the same unit:", "", "| workload | event | CPU | neuron | neuron − CPU | ratio |",
+                  "|---|---|---|---|---|---|"]
+        for r in cached:
+            for name in CACHE_EVENTS:
+                cpu, neuron = r["misses"]["cpu"][name], r["misses"]["neuron"][name]
+                lines.append(f"| `{r['workload']}` | {name} | {cpu:,.0f} | {neuron:,.0f} | "
+                             f"{neuron - cpu:+,.0f} | {neuron / cpu:.3f} |")
     return "\n".join(lines)
 
 
@@ -163,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=2, help="measured training steps (after an unmeasured one)")
     parser.add_argument("--size", choices=("full", "smoke"), default="full",
                         help="the suite's model size for decode and train (smoke: the CI model)")
+    parser.add_argument("--cache", action="store_true",
+                        help="also simulate caches and branches: L1 misses and mispredicts (slower)")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     parser.add_argument("--child", nargs=4, metavar=("WORKLOAD", "DEVICE", "COUNT", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -180,7 +219,8 @@ def main(argv: list[str] | None = None) -> None:
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind); it counts the instructions")
-    text = markdown(measure(workloads, args.ops, args.tokens, args.steps, valgrind, args.size))
+    text = markdown(measure(workloads, args.ops, args.tokens, args.steps, valgrind, args.size,
+                            cache=args.cache))
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n", encoding="utf-8")

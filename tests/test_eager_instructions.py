@@ -54,6 +54,30 @@ def test_markdown_says_what_was_measured():
     assert "| `add` | op (64×64) | 1,000 | 1,100 | +100 | 1.100 |" in text
 
 
+# callgrind's closing lines with --cache-sim=yes --branch-sim=yes (a real run's, shortened).
+CALLGRIND_TAIL = """==7594== Events    : Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw Bc Bcm Bi Bim
+==7594== Collected : 42931255 29647632 6318495 1426396 1543359 126595 9441 21379 412 5386689 481994 1014667 423800
+==7594==
+==7594== I   refs:      42,931,255
+"""
+
+
+def test_cache_events_are_read_by_name_and_reported_per_unit(monkeypatch):
+    events = eager_instructions.parse_events(CALLGRIND_TAIL)
+    assert events["Ir"] == 42931255 and events["I1mr"] == 1426396 and events["Bim"] == 423800
+    assert eager_instructions.parse_events("==1== Collected : 5\n") == {}  # no event names: no counts
+    scale = {"cpu": 1, "neuron": 2}
+    monkeypatch.setattr(eager_instructions, "count_instructions",
+                        lambda workload, device, count, valgrind, size, cache:
+                        {name: value * scale[device] for name, value in events.items()})
+    [row] = eager_instructions.measure(["decode"], 1, 5, 1, "valgrind", cache=True, log=lambda _: None)
+    assert row["cpu"] == 42931255 / 4 and row["ratio"] == 2  # 5 tokens: 4 decode steps
+    assert row["misses"]["cpu"] == {"I1 misses": 1426396 / 4, "D1 misses": (1543359 + 126595) / 4,
+                                    "mispredicts": (481994 + 423800) / 4}
+    text = eager_instructions.markdown([row])
+    assert "| `decode` | D1 misses | 417,488 | 834,977 | +417,488 | 2.000 |" in text
+
+
 def test_the_decode_counts_only_decode_steps(monkeypatch):
     """Three tokens: the prompt's prefill (which also yields token 1) is not counted, the
     two steps that produce tokens 2 and 3 are; one forward (one embedding lookup) per step."""

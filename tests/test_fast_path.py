@@ -189,6 +189,21 @@ def test_recycled_aliases_take_each_layout_with_its_contiguity():
                 assert torch.equal(got.cpu(), expected), (name, op_name)
 
 
+def test_recycled_aliases_follow_tensors_of_one_layout_in_different_memory():
+    """A recycled alias is found by layout (csrc/runtime/Alias.cpp): tensors of one layout in
+    different memory (separate tensors, a slice of a larger storage, fresh results) take turns
+    on the same alias, and each call sees its own bytes."""
+    cpu = [torch.randn(3, 4), torch.randn(3, 4), torch.randn(100)[:12].view(3, 4)]
+    dev = [t.to("neuron") for t in cpu]
+    for _ in range(2):
+        for i in range(3):
+            j = (i + 1) % 3
+            assert torch.equal((dev[i] * dev[j]).cpu(), cpu[i] * cpu[j])
+            assert torch.equal(torch.neg(dev[j] - dev[i]).cpu(), torch.neg(cpu[j] - cpu[i]))
+            dev[i].add_(dev[j]), cpu[i].add_(cpu[j])
+            assert torch.equal(dev[i].cpu(), cpu[i]) and torch.equal(dev[j].cpu(), cpu[j])
+
+
 def test_an_argument_listed_twice_or_more_arguments_than_recycled_aliases():
     """Recycled aliases are lent per call (csrc/runtime/Alias.cpp, 32 per thread): a tensor
     passed twice gets two, a call with more tensors than that makes its own for the rest,
@@ -201,6 +216,65 @@ def test_an_argument_listed_twice_or_more_arguments_than_recycled_aliases():
     on_x = x.to("neuron")
     assert on_x.mul_(on_x) is on_x and torch.equal(on_x.cpu(), x.mul_(x))
     assert torch.equal(torch.add(on_x, on_x, alpha=2).cpu(), torch.add(x, x, alpha=2))
+
+
+def _relayouts():
+    """In-place changes to a tensor's own sizes, strides, offset, memory or dtype view, each
+    applied to a CPU tensor and its neuron twin alike."""
+    return [
+        lambda x: x.resize_(4, 6),
+        lambda x: x.transpose_(0, 1),
+        lambda x: x.as_strided_((3, 4), (1, 3), 2),
+        lambda x: x.unsqueeze_(0),
+        lambda x: x.squeeze_(0).t_(),
+        lambda x: x.resize_(50).copy_(torch.arange(50.0, device=x.device)),  # new memory
+        lambda x: x.as_strided_((5, 3), (2, 7), 9),
+        lambda x: x.set_(torch.arange(100.0, 130.0, device=x.device).untyped_storage(), 4, (2, 5), (10, 2)),
+        lambda x: x.set_(torch.arange(7.0, device=x.device)),
+    ]
+
+
+def test_copies_and_item_see_the_current_layout_through_recycled_aliases():
+    """copy_ (both directions and device to device) and item() view neuron tensors through the
+    recycled aliases the fast path lends (csrc/runtime/Alias.h, LentCpuAlias), which a tensor
+    used again finds still pointing at its last layout: after each in-place change of sizes,
+    strides, offset, memory or dtype they see what CPU sees."""
+    cpu = torch.arange(24.0)
+    dev = cpu.to("neuron")
+    for change in _relayouts():
+        change(cpu), change(dev)
+        for _ in range(2):  # the second time, the alias the first left behind
+            got, expected = dev.cpu(), cpu.clone()  # both keep dense strides, else contiguous
+            assert got.stride() == expected.stride() and torch.equal(got, expected)
+            twin = torch.full(cpu.shape, -1.0, device="neuron")
+            assert torch.equal(twin.copy_(dev).cpu(), cpu)  # device to device
+            assert dev.flatten()[-1].item() == cpu.flatten()[-1].item()
+            assert torch.equal(dev.view(torch.int32).cpu(), cpu.view(torch.int32))
+        update = torch.randn(cpu.shape)
+        cpu.copy_(update), dev.copy_(update)  # host to device, through the layout
+        assert torch.equal(dev.cpu(), cpu)
+    scalar_cpu, scalar = torch.arange(6.0), torch.arange(6.0, device="neuron")
+    for offset in (0, 3, 5):
+        scalar_cpu.as_strided_((), (), offset), scalar.as_strided_((), (), offset)
+        assert scalar.item() == scalar_cpu.item()
+
+
+def test_sdpa_choice_sees_the_current_strides_through_recycled_aliases():
+    """The SDPA choice reads strides (CPU's flash kernel wants the last one 1): a query whose
+    strides change in place must get CPU's choice for its new strides, not its last ones."""
+    base = torch.randn(2, 3, 16, 16)
+    q_cpu, k, v = base.clone(), torch.randn(2, 3, 16, 8), torch.randn(2, 3, 16, 8)
+    q = q_cpu.to("neuron")
+    kn, vn = k.to("neuron"), v.to("neuron")
+    choices = set()
+    for stride in ((768, 256, 16, 1), (768, 256, 16, 2), (768, 256, 16, 1)):
+        q_cpu.as_strided_((2, 3, 16, 8), stride), q.as_strided_((2, 3, 16, 8), stride)
+        expected = torch._fused_sdp_choice(q_cpu, k, v)
+        assert torch._fused_sdp_choice(q, kn, vn) == expected
+        choices.add(expected)
+        torch.testing.assert_close(F.scaled_dot_product_attention(q, kn, vn).cpu(),
+                                   F.scaled_dot_product_attention(q_cpu, k, v))
+    assert len(choices) == 2  # the strides did change CPU's choice
 
 
 def test_in_place_returns_the_callers_tensor_and_updates_views_and_versions():
@@ -244,6 +318,14 @@ def test_fast_path_results_are_narrowed_like_every_other_kernel():
             big.add(1)
         torch_neuronx.set_64bit_mode("narrow")
         assert big.add(1).cpu().tolist() == [1, 2]  # 2**40 + 1 wraps to 1 in int32
+        # A strided result (its input's strides) is narrowed as well as a contiguous one.
+        wide = torch.tensor([[2**40, 1], [2, 2**33 + 5]])
+        torch_neuronx.set_64bit_mode("off")
+        strided = wide.to("neuron").t()
+        torch_neuronx.set_64bit_mode("narrow")
+        got = strided.add(1)
+        assert got.stride() == (1, 2)
+        assert torch.equal(got.cpu(), (wide.t() + 1).to(torch.int32).to(torch.int64))
     finally:
         torch_neuronx.set_64bit_mode(mode)
 

@@ -60,6 +60,12 @@ bool changes_in_32_bits(const at::Tensor& t) {
 
 } // namespace
 
+bool fits_in_32_bits(const at::Tensor& t) {
+  const auto dtype = t.scalar_type();
+  TORCH_INTERNAL_ASSERT(dtype == at::kLong || dtype == at::kDouble);
+  return t.numel() == 0 || (t.is_contiguous() && !changes_in_32_bits(t));
+}
+
 int narrowing_mode() {
   return t_narrowing_suspended > 0 ? 0 : g_narrowing.load(std::memory_order_relaxed);
 }

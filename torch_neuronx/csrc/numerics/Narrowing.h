@@ -14,5 +14,9 @@ void set_narrowing_mode(int mode);
 void suspend_narrowing(bool suspend);
 // Narrows int64/float64 values in place (on a CPU alias of device memory).
 void narrow_64bit_inplace(const at::Tensor& cpu_view_of_device_memory);
+// Whether a contiguous int64/float64 tensor's values (on any device: read in
+// place, no kernel) all stay the same in 32 bits. A fresh result that fits
+// needs no CPU alias to narrow it; false for a strided one (not scanned).
+bool fits_in_32_bits(const at::Tensor& t);
 
 } // namespace torch_neuronx

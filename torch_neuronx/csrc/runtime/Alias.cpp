@@ -34,11 +34,22 @@ class AliasImpl final : public c10::TensorImpl {
     storage_offset_ = source.storage_offset();
     numel_ = source.numel();
     is_contiguous_ = source.is_contiguous(at::MemoryFormat::Contiguous);
-    is_channels_last_contiguous_ = source.is_contiguous(at::MemoryFormat::ChannelsLast);
-    is_channels_last_3d_contiguous_ = source.is_contiguous(at::MemoryFormat::ChannelsLast3d);
-    is_channels_last_ = source.is_strides_like(at::MemoryFormat::ChannelsLast);
-    is_channels_last_3d_ = source.is_strides_like(at::MemoryFormat::ChannelsLast3d);
-    is_non_overlapping_and_dense_ = source.is_non_overlapping_and_dense();
+    const int64_t dim = source.dim();
+    if (dim == 4 || dim == 5) {
+      is_channels_last_contiguous_ = source.is_contiguous(at::MemoryFormat::ChannelsLast);
+      is_channels_last_3d_contiguous_ = source.is_contiguous(at::MemoryFormat::ChannelsLast3d);
+      is_channels_last_ = source.is_strides_like(at::MemoryFormat::ChannelsLast);
+      is_channels_last_3d_ = source.is_strides_like(at::MemoryFormat::ChannelsLast3d);
+    } else {
+      // PyTorch's own rule (TensorImpl::_refresh_contiguous): only 4-d and
+      // 5-d tensors can be channels-last; asking was four out-of-line calls.
+      is_channels_last_contiguous_ = false;
+      is_channels_last_3d_contiguous_ = false;
+      is_channels_last_ = false;
+      is_channels_last_3d_ = false;
+    }
+    // A contiguous tensor is non-overlapping and dense by definition.
+    is_non_overlapping_and_dense_ = is_contiguous_ || source.is_non_overlapping_and_dense();
   }
 };
 
@@ -64,16 +75,18 @@ at::Tensor cpu_view(const at::Tensor& t, c10::DataPtr data) {
 
 // Pointed at `t`'s bytes without a reference; fresh objects for every alias
 // were a third of the fast path's own cost on a small op (two heap objects
-// made and freed per argument). A storage's search starts at the shell its
-// address hashes to, so a tensor used again (weights, a cache, a loop's
-// operands) usually finds the shell still pointing at its bytes. A lent shell
-// is marked, not referenced: its reference count stays 1 unless something
-// else (a result viewing it) still holds it, which also keeps it out of use.
+// made and freed per argument). A tensor's search starts at the shell its
+// layout (sizes, strides, offset, dtype) hashes to: most arguments of a
+// decode step are fresh results in a few recurring layouts, which then find
+// a shell needing only their bytes' address. Hashed by storage, as before,
+// three lends in four re-copied a layout. A lent shell is marked, not
+// referenced: its reference count stays 1 unless something else (a result
+// viewing it) still holds it, which also keeps it out of use.
 class AliasPool {
  public:
   const at::Tensor* lend(const at::Tensor& t, uint32_t& lent) {
     const c10::Storage& neuron = t.storage();
-    const size_t home = (reinterpret_cast<uintptr_t>(neuron.unsafeGetStorageImpl()) >> 4) % kShells;
+    const size_t home = home_of(*t.unsafeGetTensorImpl());
     for (size_t k = 0; k < kShells; ++k) {
       const size_t i = (home + k) % kShells;
       const uint32_t bit = uint32_t{1} << i;
@@ -105,6 +118,18 @@ class AliasPool {
   // A shell is a plain CPU tensor we made: its storage needs no virtual call.
   static const c10::Storage& storage_of(const at::Tensor& shell) {
     return shell.unsafeGetTensorImpl()->unsafe_storage();
+  }
+
+  static size_t home_of(const c10::TensorImpl& t) {
+    constexpr uint64_t kPrime = 0x100000001b3; // FNV-1a's
+    uint64_t h = (static_cast<uint64_t>(t.storage_offset()) ^ static_cast<uint64_t>(t.dtype().toScalarType())) * kPrime;
+    const auto sizes = t.sizes();
+    const auto strides = t.strides();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      h = (h ^ static_cast<uint64_t>(sizes[i])) * kPrime;
+      h = (h ^ static_cast<uint64_t>(strides[i])) * kPrime;
+    }
+    return (h >> 24) % kShells;
   }
 
   // Sizes, strides and offset; a tensor used again (weights, a loop's
@@ -188,6 +213,16 @@ const at::Tensor* lend_call_cpu_alias(const at::Tensor& t, uint32_t& lent) {
 void return_call_cpu_aliases(uint32_t lent) {
   if (AliasPool* pool = PerThread<AliasPool>::get()) { // lent on this thread
     pool->give_back(lent);
+  }
+}
+
+LentCpuAlias::LentCpuAlias(const at::Tensor& t) {
+  if (!is_neuron(t)) {
+    alias_ = c10::MaybeOwned<at::Tensor>::borrowed(t);
+  } else if (const at::Tensor* lent = lend_call_cpu_alias(t, lent_)) {
+    alias_ = c10::MaybeOwned<at::Tensor>::borrowed(*lent);
+  } else {
+    alias_ = c10::MaybeOwned<at::Tensor>::owned(unowned_cpu_alias(t));
   }
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/MaybeOwned.h>
 
 namespace torch_neuronx {
 
@@ -21,6 +22,30 @@ at::Tensor unowned_cpu_alias(const at::Tensor& t);
 // alias is lent (the caller makes its own).
 const at::Tensor* lend_call_cpu_alias(const at::Tensor& t, uint32_t& lent);
 void return_call_cpu_aliases(uint32_t lent);
+// A CPU view of `t` for a native kernel's own CPU call (copy_, item(), the
+// SDPA choice): a recycled alias as above, given back when this goes out of
+// scope; `t` itself when it is not a neuron tensor. A fresh owning alias per
+// call was most of the ~130 CPU tensors a decode step made and freed. Same
+// contract as lend_call_cpu_alias: `t` outlives this, and the CPU code it is
+// passed to keeps no reference to it (nor sets requires_grad on it).
+class LentCpuAlias {
+ public:
+  explicit LentCpuAlias(const at::Tensor& t);
+  ~LentCpuAlias() {
+    if (lent_ != 0) {
+      return_call_cpu_aliases(lent_);
+    }
+  }
+  LentCpuAlias(const LentCpuAlias&) = delete;
+  LentCpuAlias& operator=(const LentCpuAlias&) = delete;
+  const at::Tensor& operator*() const {
+    return *alias_;
+  }
+
+ private:
+  uint32_t lent_ = 0;
+  c10::MaybeOwned<at::Tensor> alias_;
+};
 // The inverse: a neuron tensor taking ownership of a CPU tensor's storage.
 at::Tensor adopt_cpu_tensor(const at::Tensor& cpu, c10::DeviceIndex index);
 // The same for a tensor an ATen CPU kernel just returned: when the caller's

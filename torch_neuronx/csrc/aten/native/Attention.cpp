@@ -42,6 +42,28 @@ at::Tensor shape_of(const at::Tensor& t) {
   return twin;
 }
 
+// What the choice sees of one argument: a recycled alias (Alias.h) for a
+// real neuron tensor that needs no requires_grad (every decode step asks
+// for four per attention call), else shape_of's own twin.
+class ShapeOf {
+ public:
+  explicit ShapeOf(const at::Tensor& t) {
+    if (t.defined() && !t.requires_grad() && !t.key_set().has(c10::DispatchKey::Python) &&
+        is_neuron(t)) {
+      lent_.emplace(t);
+    } else {
+      twin_ = shape_of(t);
+    }
+  }
+  const at::Tensor& operator*() const {
+    return lent_ ? **lent_ : twin_;
+  }
+
+ private:
+  std::optional<LentCpuAlias> lent_;
+  at::Tensor twin_;
+};
+
 } // namespace
 
 int64_t choose_sdp_backend(
@@ -56,13 +78,15 @@ int64_t choose_sdp_backend(
   if (!g_fused_attention.load(std::memory_order_relaxed)) {
     return static_cast<int64_t>(at::SDPBackend::math);
   }
-  std::optional<at::Tensor> mask;
+  std::optional<ShapeOf> mask;
   if (attn_mask.has_value()) {
-    mask = shape_of(*attn_mask);
+    mask.emplace(*attn_mask);
   }
+  const ShapeOf q(query), k(key), v(value);
   return at::_ops::_fused_sdp_choice::redispatch(
-      c10::DispatchKeySet(c10::DispatchKey::CPU), shape_of(query), shape_of(key),
-      shape_of(value), mask, dropout_p, is_causal, scale, enable_gqa);
+      c10::DispatchKeySet(c10::DispatchKey::CPU), *q, *k, *v,
+      mask ? std::optional<at::Tensor>(**mask) : std::nullopt, dropout_p, is_causal, scale,
+      enable_gqa);
 }
 
 void set_fused_attention(bool enabled) {

@@ -124,7 +124,7 @@ at::Tensor CallState::to_neuron(at::Tensor&& out) {
     result = aten_kernel_ ? adopt_cpu_result(std::move(out), index) : adopt_cpu_tensor(out, index);
     adopted_.emplace_back(storage, result.unsafeGetTensorImpl());
   }
-  if (needs_narrowing(result.dtype())) {
+  if (needs_narrowing(result.dtype()) && !fits_in_32_bits(result)) {
     narrow_64bit_inplace(cpu_alias(result));
   }
   return result;

@@ -181,21 +181,22 @@ at::Tensor& set_empty(at::Tensor& self) {
 // Copies between host and device and between cores: plain memory copies on
 // aliases (the real product's DMA), with conj/neg bits kept on the alias.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  at::Tensor dst_alias = cpu_alias(dst);
+  LentCpuAlias dst_alias(dst);
+  LentCpuAlias self_alias(self);
   const auto type = dst.scalar_type();
   if (dst.device().type() == kNeuron && narrowing_mode() == 2 &&
       (type == at::kLong || type == at::kDouble)) {
     // Strict 64-bit mode: check the converted values before they land, so a
     // copy that raises leaves the destination as it was.
-    at::Tensor staged = at::empty_like(dst_alias);
-    staged.copy_(cpu_alias(self));
+    at::Tensor staged = at::empty_like(*dst_alias);
+    staged.copy_(*self_alias);
     narrow_64bit_inplace(staged);
-    dst_alias.copy_(staged);
+    (*dst_alias).copy_(staged);
     return dst;
   }
-  dst_alias.copy_(cpu_alias(self), non_blocking);
+  (*dst_alias).copy_(*self_alias, non_blocking);
   if (dst.device().type() == kNeuron && narrowing_mode() != 0) {
-    narrow_64bit_inplace(dst_alias);
+    narrow_64bit_inplace(*dst_alias);
   }
   return dst;
 }
@@ -206,7 +207,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
-  return at::_local_scalar_dense(cpu_alias(self));
+  return at::_local_scalar_dense(*LentCpuAlias(self));
 }
 
 // aten::convolution routes non-CPU/CUDA devices to these "overrideable" ops,
