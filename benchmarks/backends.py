@@ -23,7 +23,7 @@ class Backend:
     workloads: tuple[str, ...]
     env: dict = field(default_factory=dict)
     xla: bool = False
-    # Compiles whole graphs (tens of seconds cold): its own, smaller pair count.
+    # Compiles whole graphs (tens of seconds cold): its own pair count (``--compiled-pairs``).
     graph_compile: bool = False
     # Its compiled graphs persist in Inductor's cache directories: after one cold process per
     # workload, the later rounds reuse that process's caches (warm), so a steady-state pair costs
