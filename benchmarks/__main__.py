@@ -1,7 +1,7 @@
 """``python -m benchmarks`` (``make bench``): every benchmark, every backend, one table.
 
   python -m benchmarks                      # full suite, results in bench-results/
-  python -m benchmarks --issue27            # decide issue 27's limits (~25 min on a quiet 2-core machine)
+  python -m benchmarks --issue27            # decide issue 27's limits (~20 min on a quiet 2-core machine)
   python -m benchmarks --smoke              # tiny sizes, one pair (what CI runs)
   python -m benchmarks --only cpu,neuron,train,ops --pairs 10
   python -m benchmarks --combine runA runB --out both   # one report from two runs
