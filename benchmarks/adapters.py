@@ -93,6 +93,19 @@ class DynamoCounting(Adapter):
 
         return int(counters["stats"]["unique_graphs"])
 
+    def info(self) -> dict:
+        """Plus the hits and misses of Inductor's graph cache and AOTAutograd's: what makes a
+        process warm (the runner's ``cache``) rather than what it was told it was."""
+        from torch._dynamo.utils import counters
+
+        out = super().info()
+        out["compile_caches"] = {
+            "fx_graph": {"hits": counters["inductor"]["fxgraph_cache_hit"],
+                         "misses": counters["inductor"]["fxgraph_cache_miss"]},
+            "aot_autograd": {"hits": counters["aot_autograd"]["autograd_cache_hit"],
+                             "misses": counters["aot_autograd"]["autograd_cache_miss"]}}
+        return out
+
 
 class CpuInductor(DynamoCounting):
     """Native CPU ``torch.compile`` with Inductor: the compiled-path limit."""

@@ -5,6 +5,12 @@ spread, so noise on a shared machine stays visible). Targets are paired: each
 process's own median is one observation, the subject's over its reference's of
 the same round is one ratio, and ``stats`` gives their geometric mean, a 95 %
 interval and a verdict against the limit.
+
+A process's cache state (``cold``: empty caches; ``warm``: a compiled backend's
+caches filled by its round-one process, ``runner``) is part of what it measured:
+a first step from a warm cache compiles nothing. So rows pool the processes of
+one state only, and a pair joins two processes of the same state; no metric has
+to be declared cache-independent for that to hold.
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from dataclasses import dataclass
 from . import stats
 from .backends import BY_NAME, EAGER_WORKLOADS
 
-ROW_FIELDS = ("backend", "workload", "metric", "unit", "median", "min", "max", "n", "status", "reason")
+ROW_FIELDS = ("backend", "workload", "metric", "unit", "median", "min", "max", "n", "status", "reason", "cache")
 _UNITS = {"_ms": "ms", "_us": "µs", "_mb": "MiB", "per_s": "1/s", "_s": "s", "compilations": "count",
           "_pct": "%", "_usd": "USD"}
 
@@ -31,30 +37,36 @@ def _samples(value) -> list[float]:
     return [float(v) for v in value] if isinstance(value, list) else [float(value)]
 
 
+def cache_of(result: dict) -> str:
+    """``warm`` or ``cold`` (results from before warm processes existed were all cold)."""
+    return result.get("cache", "cold")
+
+
 def summarize(results: list[dict]) -> list[dict]:
-    """One row per (backend, workload, metric); cells without data get one status row."""
-    pooled: dict[tuple[str, str], dict[str, list[float]]] = {}
+    """One row per (backend, workload, metric, cache state); cells without data get one status row."""
+    pooled: dict[tuple[str, str, str], dict[str, list[float]]] = {}
     failed: dict[tuple[str, str], dict] = {}
     for result in results:
-        key = (result["backend"], result["workload"])
         if result["status"] != "ok":
-            failed[key] = result
+            failed[(result["backend"], result["workload"])] = result
             continue
-        metrics = pooled.setdefault(key, {})
+        metrics = pooled.setdefault((result["backend"], result["workload"], cache_of(result)), {})
         for metric, value in result.get("metrics", {}).items():
             metrics.setdefault(metric, []).extend(_samples(value))
     rows = []
-    for (backend, workload), metrics in pooled.items():
+    for (backend, workload, cache), metrics in pooled.items():
         for metric, samples in metrics.items():
             if not samples:
                 continue
             rows.append(dict(zip(ROW_FIELDS, (
                 backend, workload, metric, unit_of(metric), statistics.median(samples),
-                min(samples), max(samples), len(samples), "ok", None))))
+                min(samples), max(samples), len(samples), "ok", None, cache))))
+    measured = {(backend, workload) for backend, workload, _ in pooled}
     for (backend, workload), result in failed.items():
-        if (backend, workload) not in pooled:
+        if (backend, workload) not in measured:
             rows.append(dict(zip(ROW_FIELDS, (
-                backend, workload, None, None, None, None, None, 0, result["status"], result.get("reason")))))
+                backend, workload, None, None, None, None, None, 0, result["status"], result.get("reason"),
+                cache_of(result)))))
     return rows
 
 
@@ -134,34 +146,38 @@ TARGETS += [_in_thread_cpu_time(target) for target in list(TARGETS) if target.nu
 
 
 def _per_process(results: list[dict], key: tuple[str, str, str]) -> dict[tuple, float]:
-    """Each successful process's own median of one metric, by the round it ran in."""
+    """Each successful process's own median of one metric, by the round it ran in and its cache state."""
     backend, workload, metric = key
     out = {}
     for result in results:
         if (result["backend"], result["workload"], result["status"]) == (backend, workload, "ok"):
             samples = _samples(result.get("metrics", {}).get(metric))
             if samples:
-                out[(result.get("run", 0), result["repeat"])] = statistics.median(samples)
+                out[(result.get("run", 0), result["repeat"], cache_of(result))] = statistics.median(samples)
     return out
 
 
-def paired_ratios(results: list[dict], target: Target) -> list[float]:
-    """Numerator over denominator process by process, for every round that has both (positive)."""
+def paired_ratios(results: list[dict], target: Target) -> list[tuple[str, float]]:
+    """Numerator over denominator process by process, for every round whose two processes have
+    the same cache state (a warm compiled first step over a cold one would say nothing): that
+    state and the ratio, for every such round with both sides positive."""
     num, den = _per_process(results, target.numerator), _per_process(results, target.denominator)
-    return [num[key] / den[key] for key in sorted(num.keys() & den.keys()) if num[key] > 0 and den[key] > 0]
+    return [(key[2], num[key] / den[key]) for key in sorted(num.keys() & den.keys())
+            if num[key] > 0 and den[key] > 0]
 
 
 def ratios(rows: list[dict], results: list[dict]) -> list[dict]:
     """Each target from paired processes: geometric mean of the pairs' ratios (``ratio``), its
-    95 % interval (``low``–``high``), the verdict against the limit (``met``: True, False, or None
-    when undecided or without a limit). Sides measured in different runs (``--combine``) have no
-    pairs: their ratio is of the pooled medians, with no interval."""
-    by_key = {(r["backend"], r["workload"], r["metric"]): r for r in rows if r["status"] == "ok"}
+    95 % interval (``low``–``high``), how many pairs were warm (``warm_pairs``), the verdict
+    against the limit (``verdict``). Sides measured in different runs (``--combine``) have no
+    pairs: their ratio is of the pooled medians of cold processes, with no interval."""
+    by_key = {(r["backend"], r["workload"], r["metric"]): r for r in rows
+              if r["status"] == "ok" and r["cache"] == "cold"}
     out = []
     for target in TARGETS:
         num, den = by_key.get(target.numerator), by_key.get(target.denominator)
         entry = {"label": target.label, "limit": target.limit, "meaning": target.meaning, "ratio": None,
-                 "low": None, "high": None, "pairs": 0, "pair_ratios": [], "verdict": None, "met": None,
+                 "low": None, "high": None, "pairs": 0, "warm_pairs": 0, "pair_ratios": [], "verdict": None,
                  "pairs_to_decide": None}
         if not (num and den and den["median"]):
             missing = [f"{b}/{w}" for (b, w, _), row in ((target.numerator, num), (target.denominator, den))
@@ -169,16 +185,17 @@ def ratios(rows: list[dict], results: list[dict]) -> list[dict]:
             entry["missing"] = ", ".join(missing) or "zero denominator"
             out.append(entry)
             continue
-        pair_ratios = paired_ratios(results, target)
-        if pair_ratios:
+        pairs = paired_ratios(results, target)
+        if pairs:
+            pair_ratios = [ratio for _, ratio in pairs]
             paired = stats.paired_ratio(pair_ratios)
             entry.update(ratio=paired.geometric_mean, low=paired.low, high=paired.high, pairs=paired.pairs,
-                         pair_ratios=pair_ratios, verdict=paired.verdict(target.limit))
+                         warm_pairs=sum(cache == "warm" for cache, _ in pairs), pair_ratios=pair_ratios,
+                         verdict=paired.verdict(target.limit))
             if entry["verdict"] == "undecided":
                 entry["pairs_to_decide"] = paired.pairs_to_decide(target.limit)
         else:
             entry.update(ratio=num["median"] / den["median"], verdict=None if target.limit is None else "undecided")
-        entry["met"] = {"met": True, "not met": False}.get(entry["verdict"])
         out.append(entry)
     return out
 
@@ -220,8 +237,8 @@ def markdown(rows: list[dict], targets: list[dict], meta: dict, results: list[di
     lines = [f"# Benchmark results ({meta['size']} size)", ""]
     m = meta["machine"]
     threads = meta.get("threads") or "PyTorch default"
-    lines += [f"- date: {meta['date']}; pairs (rounds): {meta['pairs']}, backends that compile cold in every "
-              f"process: {meta['compiled_pairs']}; intra-op threads: {threads}; wall time {meta['wall_s']:.0f} s",
+    lines += [f"- date: {meta['date']}; pairs (rounds): {meta['pairs']}, backends that compile graphs: "
+              f"{meta['compiled_pairs']}; intra-op threads: {threads}; wall time {meta['wall_s']:.0f} s",
               f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']}; Python {m['python']}",
               f"- load average at start / end: {meta['load_start']} / {meta['load_end']}",
               f"- versions: {meta['versions']}",
@@ -231,7 +248,8 @@ def markdown(rows: list[dict], targets: list[dict], meta: dict, results: list[di
               "first; a pair's ratio divides the two processes' own medians; ratio: geometric mean of the "
               "pairs' ratios; 95 % CI: Student t on their logarithms; verdict: met when the whole interval "
               "is at or under the limit, not met when all of it is above, undecided otherwise",
-              "- cells: median (min–max) over all samples of all repeated processes", ""]
+              f"- caches: {_caches(results)}",
+              "- cells: median (min–max) over all samples of all repeated processes of one cache state", ""]
     lines += ["## Targets", "", "| comparison | ratio | 95 % CI | pairs | limit | verdict |",
               "|---|---|---|---|---|---|"]
     for t in targets:
@@ -239,23 +257,25 @@ def markdown(rows: list[dict], targets: list[dict], meta: dict, results: list[di
             lines.append(f"| {t['label']} | n/a ({t['missing']}) | | | {_limit(t)} | |")
             continue
         interval = "" if t["low"] is None else f"{t['low']:.2f}–{t['high']:.2f}"
-        pairs = t["pairs"] or "unpaired"
+        pairs = (f"{t['pairs']} ({t['warm_pairs']} warm)" if t["warm_pairs"] else t["pairs"]) or "unpaired"
         lines.append(f"| {t['label']} | {t['ratio']:.2f}× | {interval} | {pairs} | {_limit(t)} | {_verdict(t)} |")
     present = {r["backend"] for r in rows}
     backends = [b for b in BY_NAME if b in present]
-    by_cell = {(r["backend"], r["workload"], r["metric"]): r for r in rows}
+    by_cell = {(r["backend"], r["workload"], r["metric"], r["cache"]): r for r in rows}
     status = {(r["backend"], r["workload"]): r for r in rows if r["status"] != "ok"}
     workloads = {r["workload"] for r in rows}
     for workload in [*EAGER_WORKLOADS, *sorted(workloads - set(EAGER_WORKLOADS))]:
         if workload not in workloads:
             continue
-        metrics = list(dict.fromkeys(r["metric"] for r in rows if r["workload"] == workload and r["metric"]))
+        metrics = sorted(dict.fromkeys((r["cache"], r["metric"]) for r in rows if r["workload"] == workload
+                                       and r["metric"]), key=lambda cached: cached[0] == "warm")
         lines += ["", f"## {workload}", "",
                   "| metric | " + " | ".join(BY_NAME[b].label if b in BY_NAME else b for b in backends) + " |",
                   "|---" * (len(backends) + 1) + "|"]
-        for metric in metrics:
-            cells = [_cell(by_cell.get((b, workload, metric)) or status.get((b, workload))) for b in backends]
-            lines.append(f"| {metric} [{unit_of(metric)}] | " + " | ".join(cells) + " |")
+        for cache, metric in metrics:
+            cells = [_cell(by_cell.get((b, workload, metric, cache)) or status.get((b, workload))) for b in backends]
+            label = f"{metric}, warm cache" if cache == "warm" else metric
+            lines.append(f"| {label} [{unit_of(metric)}] | " + " | ".join(cells) + " |")
         if not metrics:
             lines.append("| (no data) | " + " | ".join(_cell(status.get((b, workload))) for b in backends) + " |")
     for result in results:
@@ -278,6 +298,18 @@ def _collectives(data: dict) -> list[str]:
     lines += ["", f"Lowest ratio {data['min_ratio']:.2f}, geometric mean {data['geomean_ratio']:.2f}; "
                   f"target ≥ {data['target_ratio']:g}: {met}."]
     return lines
+
+
+def _caches(results: list[dict]) -> str:
+    """Which processes started from empty caches and which reused a cold process's."""
+    warm = sorted({r["backend"] for r in results if cache_of(r) == "warm"})
+    if not warm:
+        return "every process started from empty caches (cold)"
+    return (f"every process started from empty caches (cold) except the warm ones of {', '.join(warm)}: "
+            "after a cold process of a workload in round 1, that backend's later rounds of the workload "
+            "reuse its cache directories (they trace again; the compiled code comes from the cache); rows "
+            "marked \"warm cache\" pool warm processes, the others cold ones; a pair joins two processes "
+            "of one cache state")
 
 
 def _verdict(target: dict) -> str:

@@ -1,8 +1,10 @@
 """One backend, one workload, one fresh process: ``python -m benchmarks.worker``.
 
-A fresh process per measurement means compile caches, kernel signatures and
-peak RSS start from zero, so "first step" really includes compilation. The
-result (or the reason there is none) is written as JSON to ``--out``.
+A fresh process per measurement means kernel signatures and peak RSS start
+from zero, and so do compile caches in a cold process, whose "first step" really
+includes compilation (a warm one gets the caches its backend's cold process
+filled: ``runner``). The result (or the reason there is none) is written as
+JSON to ``--out``.
 """
 from __future__ import annotations
 

@@ -157,7 +157,8 @@ def _generate_once(adapter, forward, cache, prompt, new_tokens: int) -> tuple[fl
 
 
 def generate(adapter, size: Size) -> dict:
-    """Greedy generation: a cold request (includes compiles), a warm-up, then a measured warm one.
+    """Greedy generation: a cold request (includes compiles), a warm-up, then ``decode_requests``
+    measured warm ones (the projection covers the first of them).
 
     Every path decodes into a static KV cache: a growing cache changes shapes
     each token, which recompiles per token on Trainium, the XLA path and
@@ -176,19 +177,24 @@ def generate(adapter, size: Size) -> dict:
     # from later ones, so compiled paths recompile prefill once more in the second request.
     _generate_once(adapter, forward, cache, prompt, size.new_tokens)
     after = adapter.compilations()
+    ttfts, per_token, tokens_per_s = [], [], []
     mark = adapter.projection_mark()
-    ttft, per_token, tokens = _generate_once(adapter, forward, cache, prompt, size.new_tokens)
-    projected = adapter.projected(mark)
+    for request in range(size.decode_requests):
+        ttft, request_per_token, tokens = _generate_once(adapter, forward, cache, prompt, size.new_tokens)
+        if request == 0:
+            projected = adapter.projected(mark)  # one request's device work, read between requests
+        ttfts.append(ttft * 1e3)
+        per_token += [t * 1e3 for t in request_per_token]
+        tokens_per_s.append(size.new_tokens / (ttft + sum(request_per_token)))
     warm = None if after is None else adapter.compilations() - after
-    total = ttft + sum(per_token)
     return {
         "metrics": {
             "ttft_cold_ms": ttft_cold * 1e3,
-            "ttft_ms": ttft * 1e3,
-            "per_token_ms": [t * 1e3 for t in per_token],
-            "tokens_per_s": size.new_tokens / total,
+            "ttft_ms": ttfts,
+            "per_token_ms": per_token,
+            "tokens_per_s": tokens_per_s,
             "compilations": None if before is None else after - before,
-            "warm_compilations": warm,  # should be 0: the measured request reuses everything
+            "warm_compilations": warm,  # should be 0: the measured requests reuse everything
             **({"projected_request_ms": projected["seconds"] * 1e3,
                 "projected_tokens_per_s": size.new_tokens / projected["seconds"]} if projected else {}),
         },

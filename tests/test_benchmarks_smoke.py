@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ import children
 from benchmarks import report, worker
 from benchmarks.__main__ import main, parse_only
 from benchmarks.backends import BY_NAME, EAGER_WORKLOADS
-from benchmarks.runner import Step, run_suite, run_worker
+from benchmarks.runner import Step, plan, run_suite, run_worker
 from benchmarks.workloads import WORKLOADS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,11 +74,13 @@ def test_smoke_suite_writes_json_and_markdown_with_complete_rows(smoke_suite):
     # One pair (smoke): a ratio, but no interval, so no verdict either way.
     steady = next(t for t in data["targets"] if t["label"].startswith("training step, steady state: neuron eager /"))
     assert steady["ratio"] > 0 and steady["pairs"] == 1 and len(steady["pair_ratios"]) == 1
-    assert steady["low"] is None and steady["verdict"] == "undecided" and steady["met"] is None
+    assert steady["low"] is None and steady["verdict"] == "undecided"
     first_vs_xla = next(t for t in data["targets"] if t["label"].startswith("time to first step: neuron eager"))
     assert first_vs_xla["ratio"] is None and "xla/train" in first_vs_xla["missing"]
 
     assert "## Targets" in page and "## train" in page and "## ops" in page
+    # Captured output is no terminal: one line per process, and no progress bar drawn into it.
+    assert re.search(r"^\[1/1\] cpu +ops +cold ok", done.stdout, re.M) and "━" not in done.stdout
     assert "xla / train: unavailable" in page
     assert data["meta"]["size"] == "smoke" and "neuron: torch" in data["meta"]["versions"]
 
@@ -91,6 +94,23 @@ def test_smoke_suite_writes_json_and_markdown_with_complete_rows(smoke_suite):
     # (the one-pair ratio is a geometric mean, exp(log r): equal to r up to rounding)
     assert steady_both["pair_ratios"] == pytest.approx([steady["ratio"]] * 2, rel=1e-12)
     assert both["meta"]["pairs"] == "1 + 1"
+
+
+@pytest.mark.slow
+def test_warm_processes_compile_nothing_their_cold_process_compiled(tmp_path):
+    """Round one of each compiled backend compiles into its cache directories; round two, warm,
+    finds every graph there (Inductor's own hit and miss counters, not the runner's label)."""
+    steps = plan(["cpu_inductor", "neuron_compiled"], ["train"], pairs=2, compiled_pairs=2)
+    results = run_suite(steps, "smoke", tmp_path, timeout=600, threads=1, log=lambda line: None)
+    assert [r["status"] for r in results] == ["ok"] * 4, [r.get("reason") for r in results]
+    for result in results:
+        graphs = result["backend_info"]["compile_caches"]["fx_graph"]
+        if result["cache"] == "cold":
+            assert graphs["misses"] > 0 and graphs["hits"] == 0, result["backend"]
+        else:
+            assert graphs["hits"] > 0 and graphs["misses"] == 0, result["backend"]
+    warm_neuron = next(r for r in results if (r["backend"], r["cache"]) == ("neuron_compiled", "warm"))
+    assert warm_neuron["backend_info"]["dynamo_metrics"]["cache_misses"] == 0  # its NEFF cache too
 
 
 def test_every_declared_workload_is_implemented():
@@ -166,7 +186,7 @@ def test_a_failing_cell_is_reported_once_and_not_run_again(tmp_path):
     assert "skipped" in lines[1] and len(lines) == 2
     rows = report.summarize(results)
     assert rows == [dict(zip(report.ROW_FIELDS, ("cpu", "no_such_workload", None, None, None, None, None, 0,
-                                                 "error", results[0]["reason"])))]
+                                                 "error", results[0]["reason"], "cold")))]
     meta = {"size": "smoke", "pairs": 2, "compiled_pairs": 1, "threads": None, "date": "d", "wall_s": 1.0,
             "machine": report.machine(), "load_start": "0", "load_end": "0", "versions": "v"}
     page = report.markdown(rows, report.ratios(rows, results), meta, results)
