@@ -58,6 +58,17 @@ def finished(proc: subprocess.Popen, timeout: float = 300) -> subprocess.Complet
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
+def run_together(scripts: Iterable[Path], env: Mapping[str, str] | None = None,
+                 cwd: Path | None = None) -> list[subprocess.CompletedProcess]:
+    """Each script in its own fresh ``python``, all started at once, once all have ended: a race
+    at start or exit gets the load of its neighbours, as on a busy machine."""
+    started = [start([str(script)], env=env, cwd=cwd) for script in scripts]
+    try:
+        return [finished(proc) for proc in started]
+    finally:
+        stop(started)
+
+
 def stop(procs: Iterable[subprocess.Popen]) -> None:
     """End the children no test waited for (a test failed before it did)."""
     for proc in procs:

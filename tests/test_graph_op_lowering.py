@@ -332,11 +332,7 @@ def _compile_error_runs(folder: Path, environ: dict[str, str]) -> dict:
     (folder / "backward.py").write_text(BACKWARD_FAILS)
 
     def together(*names: str) -> list:
-        started = [children.start([str(folder / f"{name}.py")], env=env, cwd=folder) for name in names]
-        try:
-            return [children.finished(proc) for proc in started]
-        finally:
-            children.stop(started)
+        return children.run_together([folder / f"{name}.py" for name in names], env, folder)
 
     forward, backward = together("forward", "backward")
     return {"folder": folder, "forward": forward, "backward": [backward, *together("backward", "backward")]}

@@ -135,14 +135,8 @@ BACKWARD_THEN_EXIT = textwrap.dedent("""
 def _backward_then_exit_runs(folder, environ) -> list:
     """Four fresh interpreters, two at a time: the race is not forced, each run is a chance."""
     (folder / "backward.py").write_text(BACKWARD_THEN_EXIT)
-    runs = []
-    for _ in range(2):
-        started = [children.start([str(folder / "backward.py")], env=environ, cwd=folder) for _ in range(2)]
-        try:
-            runs += [children.finished(proc) for proc in started]
-        finally:
-            children.stop(started)
-    return runs
+    script = folder / "backward.py"
+    return [done for _ in range(2) for done in children.run_together([script, script], environ, folder)]
 
 
 backward_then_exit_runs = children.lane_fixture("backward_then_exit_runs", _backward_then_exit_runs,
