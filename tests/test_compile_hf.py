@@ -137,7 +137,7 @@ def test_compiled_decode_step_allocates_no_more_host_buffers_than_inductor_on_cp
 
     cpu_buffers, cpu_logits, cpu_cache = _decode_step_host_buffers(base_model, "cpu", "inductor")
     neuron_buffers, logits, cache = _decode_step_host_buffers(base_model, "neuron", "neuron")
-    assert 0 < neuron_buffers <= cpu_buffers
+    assert 0 < neuron_buffers <= cpu_buffers, (neuron_buffers, cpu_buffers)
     torch.testing.assert_close(logits, cpu_logits, rtol=1e-5, atol=1e-5)
     for got, want in zip(cache, cpu_cache, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
