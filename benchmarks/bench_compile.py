@@ -4,6 +4,7 @@
   python -m benchmarks.bench_compile first-step  # cold vs warm persistent cache (two processes each)
   python -m benchmarks.bench_compile varlen      # compile count, lengths 60-300, unpadded vs padded
   python -m benchmarks.bench_compile lowering-cost  # cold first step with vs without the StableHLO lowering
+  python -m benchmarks.bench_compile decode      # compiled decode: neuron vs CPU Inductor, one process
 
 Model: Llama, hidden 256, 4 layers, vocab 4096, batch 4 x 128 (the issue's sizes).
 """
@@ -132,6 +133,60 @@ def varlen(samples: int = 16) -> dict:
     return out
 
 
+def _host_calls(run) -> dict[str, int]:
+    """Calls of the generated code's allocation and view helpers while ``run()`` runs (exact counts)."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.runcall(run)
+    counts = {"empty_strided_cpu": 0, "reinterpret_tensor": 0}
+    for (_, _, function), (_, calls, *_rest) in pstats.Stats(profile).stats.items():
+        for name in counts:
+            if function.endswith(f"_{name}>"):
+                counts[name] += calls
+    return counts
+
+
+def decode(rounds: int = 16) -> dict:
+    """Static-cache greedy requests of the ``generate`` workload, CPU Inductor and neuron compiled
+    in one process, interleaved request by request (alternating which goes first), so that load
+    from other jobs hits both alike: per-token medians, the geometric mean of the per-round ratios
+    with ±2 standard errors, and the host buffers/reinterprets the generated code makes per request
+    (counts: firm on a loaded machine, where the times are indicative)."""
+    import math
+
+    from transformers import StaticCache
+
+    from benchmarks import adapters, workloads
+    from benchmarks.model import FULL, build_model, token_batch
+
+    torch.set_num_threads(1)
+    prompt = token_batch(FULL, FULL.prompt, 10_000)[:1]
+    setups = {}
+    for name, adapter in (("cpu_inductor", adapters.CpuInductor()), ("neuron_compiled", adapters.NeuronCompiled())):
+        model = adapter.place(build_model(FULL)).eval()
+        forward = torch.compile(model, backend=adapter.backend, dynamic=False)
+        cache = StaticCache(config=model.config, max_cache_len=FULL.prompt + FULL.new_tokens)
+        setups[name] = lambda a=adapter, f=forward, c=cache: workloads._generate_once(a, f, c, prompt, FULL.new_tokens)
+    with torch.no_grad():
+        tokens = {name: [run()[2] for _ in range(2)][-1] for name, run in setups.items()}  # compiles
+        per_token = {name: [] for name in setups}
+        medians = {name: [] for name in setups}
+        for r in range(rounds):
+            for name in (list(setups) if r % 2 == 0 else list(reversed(setups))):
+                times = setups[name]()[1]
+                per_token[name] += times
+                medians[name].append(statistics.median(times))
+        calls = {name: _host_calls(run) for name, run in setups.items()}
+    logs = [math.log(n / c) for n, c in zip(medians["neuron_compiled"], medians["cpu_inductor"])]
+    mean, se = statistics.mean(logs), statistics.stdev(logs) / math.sqrt(len(logs))
+    return {"same_tokens": tokens["neuron_compiled"] == tokens["cpu_inductor"],
+            "per_token_ms": {name: statistics.median(t) * 1e3 for name, t in per_token.items()},
+            "neuron_over_inductor": [math.exp(mean), math.exp(mean - 2 * se), math.exp(mean + 2 * se)],
+            "host_calls_per_request": calls}
+
+
 if __name__ == "__main__":
     what = sys.argv[1]
     torch._dynamo.config.recompile_limit = 1000
@@ -139,5 +194,6 @@ if __name__ == "__main__":
     if what == "_child":
         print(json.dumps(_child_first_step(*sys.argv[2:])))
     else:
-        modes = {"steady": steady, "first-step": first_step, "lowering-cost": lowering_cost, "varlen": varlen}
+        modes = {"steady": steady, "first-step": first_step, "lowering-cost": lowering_cost, "varlen": varlen,
+                 "decode": decode}
         print(json.dumps(modes[what](), indent=2))

@@ -9,6 +9,7 @@ import torch
 import torch._dynamo
 import torch._inductor.config as inductor_config
 from torch import nn
+from torch.utils._pytree import tree_leaves as pytree_leaves
 
 import torch_neuronx
 
@@ -87,6 +88,28 @@ def test_input_mutation_and_returned_view_alias_the_input():
     assert view._base is x and view.data_ptr() == x[1:].data_ptr()
     view.zero_()
     assert (x[1:] == 0).all()
+
+
+def test_index_put_written_in_place_only_where_the_caller_mutates():
+    """Our index_put is a scatter that Inductor now writes in place (compile/scatter_reinplace.py):
+    into an input only when the program mutates it, never into one it only reads."""
+    def functional(x, i, v):
+        return x.index_put((i,), v), x * 2
+
+    def in_place(x, i, v):
+        x.index_put_((i,), v, accumulate=True)
+        return x.sum(0)
+
+    x, i, v = torch.randn(8, 4), torch.tensor([1, 5, 1]), torch.randn(3, 4)
+    for fn in (functional, in_place):
+        torch._dynamo.reset()
+        x_ref, x_dev = x.clone(), x.to("neuron")
+        want = fn(x_ref, i, v)
+        got = torch.compile(fn, backend="neuron")(x_dev, i.to("neuron"), v.to("neuron"))
+        for a, b in zip(pytree_leaves(got), pytree_leaves(want), strict=True):
+            torch.testing.assert_close(a.cpu(), b)
+        torch.testing.assert_close(x_dev.cpu(), x_ref)  # unchanged by `functional`, accumulated by `in_place`
+    assert not torch.equal(x_ref, x)
 
 
 class _CacheStep(nn.Module):

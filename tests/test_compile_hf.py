@@ -6,6 +6,7 @@ test are found in the compile cache by the next.
 from __future__ import annotations
 
 import copy
+from unittest import mock
 
 import pytest
 import torch
@@ -105,6 +106,42 @@ def test_warm_compiled_decode_steps_alias_no_parameter_or_cache_tensor_again(bas
     assert long["built"] - short["built"] == steps * NEW_PER_STEP
     persistent = len(list(model.parameters())) + 2 * model.config.num_hidden_layers  # + keys, values
     assert long["reused"] - short["reused"] >= steps * persistent
+
+
+def _decode_step_host_buffers(base, device: str, backend: str) -> tuple[int, torch.Tensor, list]:
+    """A static-cache prefill then one decode step, compiled by ``backend`` without caches: the
+    host buffers the decode graph's generated code allocates, its logits and the cache after it."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.graph import GraphLowering
+    from transformers import StaticCache
+
+    model = copy.deepcopy(base).to(device)
+    cache = StaticCache(config=model.config, max_cache_len=12)
+    forward = torch.compile(model, backend=backend, dynamic=False)
+    prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(8)).to(device)
+    codes: list[str] = []
+    with torch.no_grad(), inductor_config.patch(force_disable_caches=True):
+        token = forward(input_ids=prompt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        with mock.patch.object(GraphLowering, "save_output_code", codes.append):
+            logits = forward(input_ids=token, past_key_values=cache, use_cache=True).logits
+    (code,) = codes  # the decode step's graph (the prefill graph was compiled before)
+    return (code.count("empty_strided_cpu("), logits.cpu(),
+            [t.cpu() for layer in cache.layers for t in (layer.keys, layer.values)])
+
+
+def test_compiled_decode_step_allocates_no_more_host_buffers_than_inductor_on_cpu(base_model):
+    """The decode graph backend="neuron" runs on the host allocates no more buffers than Inductor's
+    for the same step on CPU, and gives its logits and cache: the static cache is updated in place
+    (compile/scatter_reinplace.py), not copied, scattered and copied back per layer and step."""
+    from torch._inductor.fx_passes import reinplace
+
+    cpu_buffers, cpu_logits, cpu_cache = _decode_step_host_buffers(base_model, "cpu", "inductor")
+    neuron_buffers, logits, cache = _decode_step_host_buffers(base_model, "neuron", "neuron")
+    assert 0 < neuron_buffers <= cpu_buffers, (neuron_buffers, cpu_buffers)
+    torch.testing.assert_close(logits, cpu_logits, rtol=1e-5, atol=1e-5)
+    for got, want in zip(cache, cpu_cache, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert torch.ops.aten.scatter.src not in reinplace.inplaceable_ops  # scoped to our compile
 
 
 def test_mixed_mode_compiles_only_the_chosen_submodules(base_model):

@@ -44,6 +44,7 @@ from .aliased_execution import alias_runner
 from .index_put import index_put_as_scatter
 from ..projection import graph_compile_seconds
 from .dynamo_metrics import METRICS, GraphRecord, NeuronCompilationMetrics
+from .scatter_reinplace import scatters_reinplaced
 from .tile2d_atomic_add import corrected_cpu_codegen
 
 _log = get_logger("compile")
@@ -206,6 +207,7 @@ def _compile_aot_graph(
         with (
             inductor_config.patch(fx_graph_cache=cache.persistent() and inductor_config.fx_graph_cache),
             corrected_cpu_codegen(),
+            scatters_reinplaced(),
         ):
             compiled = compile_fx_inner(
                 gm, cpu_inputs, is_inference=is_inference, is_backward=is_backward

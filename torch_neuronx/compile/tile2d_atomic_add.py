@@ -59,10 +59,12 @@ class _Scheduling(CppScheduling):
     kernel_proxy_cls = _KernelProxy
 
 
-class _CacheKey(CustomGraphModulePass):
-    """Puts the fix in Inductor's FX-graph cache key; runs the CPU pass it stands in for, if any."""
+class CacheKey(CustomGraphModulePass):
+    """Puts a change of ours (``identity``) in Inductor's FX-graph cache key as the CPU device
+    pass; runs the CPU pass it stands in for, if any."""
 
-    def __init__(self, previous: common.CustomGraphModulePass | None):
+    def __init__(self, identity: str, previous: common.CustomGraphModulePass | None):
+        self.identity = identity
         self.previous = previous
 
     def __call__(self, gm) -> None:
@@ -70,7 +72,7 @@ class _CacheKey(CustomGraphModulePass):
             self.previous(gm)
 
     def uuid(self):
-        return (FIX_ID, self.previous.uuid() if self.previous is not None else None)
+        return (self.identity, self.previous.uuid() if self.previous is not None else None)
 
 
 @contextlib.contextmanager
@@ -86,7 +88,7 @@ def corrected_cpu_codegen() -> Iterator[None]:
 
     common.register_backend_for_device(
         "cpu", scheduling, saved.wrapper_codegen, saved.cpp_wrapper_codegen, saved.fx_wrapper_codegen,
-        device_custom_pass=_CacheKey(saved_pass), device_custom_config=saved_config,
+        device_custom_pass=CacheKey(FIX_ID, saved_pass), device_custom_config=saved_config,
     )
     try:
         yield
