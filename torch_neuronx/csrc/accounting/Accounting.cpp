@@ -41,7 +41,6 @@ struct SignatureCounts {
   bool seen = false; // under g_mutex; false again after a reset or forget
 };
 
-std::atomic<bool> g_enabled{false};
 std::atomic<uint64_t> g_salt{0};
 std::mutex g_mutex;
 // Leaked, like the list of caches below: a thread ending during static
@@ -286,6 +285,10 @@ void notify_new_signature(
 
 } // namespace
 
+namespace detail {
+std::atomic<bool> g_accounting_enabled{false};
+} // namespace detail
+
 void account_signature(
     const c10::OperatorHandle& op,
     uint64_t args_hash,
@@ -342,10 +345,6 @@ void account_signature(
   notify_new_signature(callback, name, h, box_args());
 }
 
-bool accounting_enabled() {
-  return g_enabled.load(std::memory_order_relaxed);
-}
-
 void account_contiguity_kernels(const KeyBuilder& key) {
   // The real product makes a strided input contiguous with its own kernel
   // before the op runs.
@@ -386,7 +385,7 @@ std::string signature_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IVal
 void set_accounting(bool enabled, uint64_t salt) {
   g_salt = salt;
   g_generation.fetch_add(1);
-  g_enabled = enabled;
+  detail::g_accounting_enabled = enabled;
 }
 
 uint64_t accounting_salt() {

@@ -9,13 +9,21 @@
 #include <ATen/core/stack.h>
 #include <c10/util/FunctionRef.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace torch_neuronx {
 
-bool accounting_enabled();
+namespace detail {
+extern std::atomic<bool> g_accounting_enabled; // set_accounting's
+} // namespace detail
+// Inline: every fast-path call asks, and an out-of-line call was a cold
+// instruction-cache line of its own per op.
+inline bool accounting_enabled() {
+  return detail::g_accounting_enabled.load(std::memory_order_relaxed);
+}
 // `salt`: the compiler configuration (target, LNC, opt level, flags).
 void set_accounting(bool enabled, uint64_t salt);
 uint64_t accounting_salt();
