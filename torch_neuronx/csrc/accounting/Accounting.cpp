@@ -290,10 +290,9 @@ std::atomic<bool> g_accounting_enabled{false};
 } // namespace detail
 
 void account_signature(
-    const c10::OperatorHandle& op,
+    const c10::FunctionSchema& schema,
     uint64_t args_hash,
     c10::function_ref<std::vector<c10::IValue>()> box_args) {
-  const auto& schema = op.schema();
   uint64_t repeat_key = args_hash;
   mix_hash(repeat_key, reinterpret_cast<uintptr_t>(&schema));
   repeat_key |= 1; // 0 marks an empty slot
@@ -351,7 +350,7 @@ void account_contiguity_kernels(const KeyBuilder& key) {
   for (const at::Tensor* input : key.non_contiguous()) {
     KeyBuilder contiguity;
     contiguity.tensor(*input);
-    account_signature(contiguity_op(), contiguity.hash(), [&] {
+    account_signature(contiguity_op().schema(), contiguity.hash(), [&] {
       return std::vector<c10::IValue>{*input};
     });
   }
@@ -370,7 +369,7 @@ static KeyBuilder boxed_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IV
 void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const size_t n = op.schema().arguments().size();
   const c10::ArrayRef<c10::IValue> args(stack.data() + stack.size() - n, n);
-  account_call(op, boxed_key(op, args), [&] { return args.vec(); });
+  account_call(op.schema(), boxed_key(op, args), [&] { return args.vec(); });
 }
 
 std::string signature_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
