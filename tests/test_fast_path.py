@@ -289,6 +289,20 @@ def test_in_place_returns_the_callers_tensor_and_updates_views_and_versions():
     assert torch.equal(base.cpu(), expected)
 
 
+def test_fresh_results_get_the_dispatch_keys_of_a_neuron_tensor():
+    """A CPU kernel's result becomes the neuron tensor in place, its dispatch keys rewritten: they
+    must be exactly a factory-made neuron tensor's (backend, autograd and autocast keys), or
+    later ops on it would dispatch to CPU kernels or skip neuron autocast."""
+    made = torch._C._dispatch_keys(torch.empty(2, device="neuron"))
+    a = torch.randn(4, 4).to("neuron")
+    results = {"add": a + a, "sum": a.sum(0), "arange": torch.arange(5, device="neuron"),
+               "cat": torch.cat([a, a]), "mm": a @ a}
+    for name, result in results.items():
+        assert torch._C._dispatch_keys(result) == made, name
+    with torch.autocast("neuron", dtype=torch.bfloat16):
+        assert (results["mm"] @ a).dtype == torch.bfloat16  # the result's autocast key works
+
+
 def test_fast_path_keeps_device_rules():
     a = torch.ones(3, device="neuron")
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):

@@ -17,7 +17,13 @@ import torch.nn.functional as F
 import torch_neuronx
 from torch_neuronx import _C
 from torch_neuronx.accounting import add_signature_listener, remove_signature_listener, use_neff_cache
-from torch_neuronx.accounting.kernel_key import STATIC_ARGUMENTS, StaticArgument, install, validate
+from torch_neuronx.accounting.kernel_key import (
+    STATIC_ARGUMENTS,
+    StaticArgument,
+    install,
+    static_argument_names,
+    validate,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -143,6 +149,34 @@ def test_static_table_is_what_cpp_uses():
     finally:
         install()
     assert new_kernels(lambda: torch.add(x, y, alpha=7)) == 1
+
+
+def _overload(schema) -> str:
+    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+def test_argument_masks_of_many_schemas_are_computed_once_each_and_match_the_schemas():
+    """A step alternates between dozens of schemas: each thread's mask cache must keep them all,
+    never one evicting another (a direct-mapped cache of 512 slots recomputed colliding schemas
+    on every call; with 400 schemas some collide in every process). The masks themselves match
+    the schema (out=: keyword-only and written) and the installed static table."""
+    names = sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith("aten::"))
+    schemas = [torch._C._dispatch_find_schema_or_throw(*n.partition(".")[::2]).schema()
+               for n in names[:400]]
+    assert len(schemas) == 400
+    install()  # a new table: every thread's cache starts empty
+    before = _C._argument_mask_computations()
+    first = [_C._argument_masks(_overload(s)) for s in schemas]
+    assert _C._argument_mask_computations() - before == len(schemas)
+    assert [_C._argument_masks(_overload(s)) for s in schemas] == first
+    assert _C._argument_mask_computations() - before == len(schemas)  # all hits
+    for schema, (static, out) in zip(schemas, first):
+        args = schema.arguments
+        assert out == sum(1 << i for i, a in enumerate(args)
+                          if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
+        names = static_argument_names(_overload(schema), [a.name for a in args])
+        assert static == sum(1 << i for i, a in enumerate(args) if a.name in names)
+    assert any(static for static, _ in first) and any(out for _, out in first)
 
 
 def test_malformed_rows_are_clear_errors():

@@ -135,6 +135,13 @@ void bind_routes(py::module& m) {
         "TORCH_NEURONX_ENABLE_NKI_SDPA: fused flash attention when possible (see aten/AttentionRoutes.cpp)");
 }
 
+// The operator named like 'aten::add.Tensor' (no overload: the default one).
+c10::OperatorHandle op_handle(const std::string& op) {
+  const auto dot = op.find('.');
+  return c10::Dispatcher::singleton().findSchemaOrThrow(
+      op.substr(0, dot).c_str(), dot == std::string::npos ? "" : op.substr(dot + 1).c_str());
+}
+
 void bind_accounting(py::module& m) {
   m.def("_set_accounting", &set_accounting);
   m.def("_set_signature_callback", &set_signature_callback);
@@ -161,12 +168,17 @@ void bind_accounting(py::module& m) {
   m.def("_set_static_arguments", &set_static_arguments,
         "Rows (op pattern, argument name) whose values are part of the kernel key");
   m.def("_kernel_key", [](const std::string& op, py::args args, py::kwargs kwargs) {
-    const auto dot = op.find('.');
-    const auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(
-        op.substr(0, dot).c_str(), dot == std::string::npos ? "" : op.substr(dot + 1).c_str());
+    const auto handle = op_handle(op);
     const auto stack = torch::jit::createStackForSchema(handle.schema(), args, kwargs, std::nullopt);
     return signature_key(handle, stack);
   }, "The key the boxed fallback gives a call of `op` (e.g. 'aten::add.Tensor')");
+  m.def("_argument_masks", [](const std::string& op) {
+    const auto handle = op_handle(op);
+    const auto masks = argument_masks(handle.schema());
+    return py::make_tuple(masks.is_static, masks.is_out);
+  }, "(static, out=) argument bit masks the key of `op` uses, from this thread's cache");
+  m.def("_argument_mask_computations", &argument_mask_computations,
+        "Masks computed so far (this thread's cache missed), all threads");
   m.def("_reset_accounting", &reset_accounting);
   m.def("_forget_signatures", &forget_signatures);
 }

@@ -41,7 +41,6 @@ struct SignatureCounts {
   bool seen = false; // under g_mutex; false again after a reset or forget
 };
 
-std::atomic<bool> g_enabled{false};
 std::atomic<uint64_t> g_salt{0};
 std::mutex g_mutex;
 // Leaked, like the list of caches below: a thread ending during static
@@ -286,11 +285,14 @@ void notify_new_signature(
 
 } // namespace
 
+namespace detail {
+std::atomic<bool> g_accounting_enabled{false};
+} // namespace detail
+
 void account_signature(
-    const c10::OperatorHandle& op,
+    const c10::FunctionSchema& schema,
     uint64_t args_hash,
     c10::function_ref<std::vector<c10::IValue>()> box_args) {
-  const auto& schema = op.schema();
   uint64_t repeat_key = args_hash;
   mix_hash(repeat_key, reinterpret_cast<uintptr_t>(&schema));
   repeat_key |= 1; // 0 marks an empty slot
@@ -342,17 +344,13 @@ void account_signature(
   notify_new_signature(callback, name, h, box_args());
 }
 
-bool accounting_enabled() {
-  return g_enabled.load(std::memory_order_relaxed);
-}
-
 void account_contiguity_kernels(const KeyBuilder& key) {
   // The real product makes a strided input contiguous with its own kernel
   // before the op runs.
   for (const at::Tensor* input : key.non_contiguous()) {
     KeyBuilder contiguity;
     contiguity.tensor(*input);
-    account_signature(contiguity_op(), contiguity.hash(), [&] {
+    account_signature(contiguity_op().schema(), contiguity.hash(), [&] {
       return std::vector<c10::IValue>{*input};
     });
   }
@@ -371,7 +369,7 @@ static KeyBuilder boxed_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IV
 void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const size_t n = op.schema().arguments().size();
   const c10::ArrayRef<c10::IValue> args(stack.data() + stack.size() - n, n);
-  account_call(op, boxed_key(op, args), [&] { return args.vec(); });
+  account_call(op.schema(), boxed_key(op, args), [&] { return args.vec(); });
 }
 
 std::string signature_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
@@ -386,7 +384,7 @@ std::string signature_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IVal
 void set_accounting(bool enabled, uint64_t salt) {
   g_salt = salt;
   g_generation.fetch_add(1);
-  g_enabled = enabled;
+  detail::g_accounting_enabled = enabled;
 }
 
 uint64_t accounting_salt() {

@@ -9,13 +9,21 @@
 #include <ATen/core/stack.h>
 #include <c10/util/FunctionRef.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace torch_neuronx {
 
-bool accounting_enabled();
+namespace detail {
+extern std::atomic<bool> g_accounting_enabled; // set_accounting's
+} // namespace detail
+// Inline: every fast-path call asks, and an out-of-line call was a cold
+// instruction-cache line of its own per op.
+inline bool accounting_enabled() {
+  return detail::g_accounting_enabled.load(std::memory_order_relaxed);
+}
 // `salt`: the compiler configuration (target, LNC, opt level, flags).
 void set_accounting(bool enabled, uint64_t salt);
 uint64_t accounting_salt();
@@ -23,10 +31,11 @@ uint64_t accounting_salt();
 // declared in Module.cpp: this header stays free of pybind11 for the fallback
 // and the fast path that include it.
 
-// One kernel of signature (op, `args_hash`) ran. `box_args` gives the call's
-// arguments; it runs only for a new signature.
+// One kernel of signature (op, `args_hash`) ran; the op by its schema, which
+// the fast path holds (an OperatorHandle's schema() is an out-of-line call).
+// `box_args` gives the call's arguments; it runs only for a new signature.
 void account_signature(
-    const c10::OperatorHandle& op,
+    const c10::FunctionSchema& schema,
     uint64_t args_hash,
     c10::function_ref<std::vector<c10::IValue>()> box_args);
 // The contiguity kernel the real product runs first for each strided input.
@@ -36,7 +45,7 @@ void account_contiguity_kernels(const KeyBuilder& key);
 // is not counted; each strided input first counts the contiguity kernel.
 // Inline: the fast path accounts every call.
 inline void account_call(
-    const c10::OperatorHandle& op,
+    const c10::FunctionSchema& schema,
     const KeyBuilder& key,
     c10::function_ref<std::vector<c10::IValue>()> box_args) {
   if (C10_UNLIKELY(!key.plain())) {
@@ -45,7 +54,7 @@ inline void account_call(
     }
     account_contiguity_kernels(key);
   }
-  account_signature(op, key.hash(), box_args);
+  account_signature(schema, key.hash(), box_args);
 }
 // The boxed form: the arguments are on top of the stack.
 void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stack);

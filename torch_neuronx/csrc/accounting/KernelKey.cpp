@@ -17,6 +17,9 @@ std::atomic<uint64_t> g_rows_generation{1};
 // A forked child keeps the rows, not a lock another thread held (runtime/Fork.h).
 const bool g_fork_handler = on_fork_child([] { recreate_lock(g_rows_mutex); });
 
+// Computations of a mask (a schema not in the calling thread's cache).
+std::atomic<uint64_t> g_mask_computations{0};
+
 // '*' matches any run of characters.
 bool glob_match(const char* pattern, const char* text) {
   if (*pattern == '\0') {
@@ -29,6 +32,7 @@ bool glob_match(const char* pattern, const char* text) {
 }
 
 ArgumentMasks compute_masks(const c10::FunctionSchema& schema) {
+  g_mask_computations.fetch_add(1, std::memory_order_relaxed);
   const std::string& name = schema.name();
   const std::string overload =
       schema.overload_name().empty() ? name : name + "." + schema.overload_name();
@@ -55,15 +59,45 @@ ArgumentMasks compute_masks(const c10::FunctionSchema& schema) {
   return masks;
 }
 
-// Direct-mapped per-thread cache: a schema's mask costs one probe per call.
+// Per-thread masks by schema, open addressing with linear probing: a schema
+// keeps its slot until the rows change, so the schemas a step alternates
+// between never evict each other (a direct-mapped table let two of a decode
+// step's schemas share a slot, recomputing both on every call in some
+// processes: its layout depends on where the schemas were allocated).
 struct MaskCache {
   struct Slot {
     const c10::FunctionSchema* schema = nullptr;
-    uint64_t generation = 0;
     ArgumentMasks masks;
   };
-  std::array<Slot, 512> slots{};
+  static constexpr size_t kSlots = 1024; // a power of two
+  static constexpr size_t kMaxUsed = kSlots * 3 / 4; // probes stay short
+  uint64_t generation = 0;
+  size_t used = 0;
+  std::array<Slot, kSlots> slots{};
+
+  ArgumentMasks get(const c10::FunctionSchema& schema, uint64_t current) {
+    if (C10_UNLIKELY(generation != current || used == kMaxUsed)) {
+      slots.fill({}); // new rows, or more schemas than a run alternates between
+      used = 0;
+      generation = current;
+    }
+    // Fibonacci hashing: schemas are heap objects of similar sizes, whose
+    // low address bits repeat.
+    size_t i = (reinterpret_cast<uintptr_t>(&schema) * 0x9e3779b97f4a7c15ULL) >> 54;
+    for (;; i = (i + 1) % kSlots) {
+      Slot& slot = slots[i];
+      if (slot.schema == &schema) {
+        return slot.masks;
+      }
+      if (slot.schema == nullptr) {
+        slot = {&schema, compute_masks(schema)};
+        ++used;
+        return slot.masks;
+      }
+    }
+  }
 };
+static_assert(MaskCache::kSlots == size_t{1} << (64 - 54), "the hash keeps log2(kSlots) bits");
 
 } // namespace
 
@@ -94,14 +128,11 @@ void KeyBuilder::value(const c10::IValue& v, bool is_static, bool is_out) {
 ArgumentMasks argument_masks(const c10::FunctionSchema& schema) {
   const uint64_t generation = g_rows_generation.load(std::memory_order_acquire);
   MaskCache* cache = PerThread<MaskCache>::get();
-  if (cache == nullptr) {
-    return compute_masks(schema);
-  }
-  auto& slot = cache->slots[(reinterpret_cast<uintptr_t>(&schema) >> 4) % cache->slots.size()];
-  if (slot.schema != &schema || slot.generation != generation) {
-    slot = {&schema, generation, compute_masks(schema)};
-  }
-  return slot.masks;
+  return cache != nullptr ? cache->get(schema, generation) : compute_masks(schema);
+}
+
+uint64_t argument_mask_computations() {
+  return g_mask_computations.load(std::memory_order_relaxed);
 }
 
 void set_static_arguments(std::vector<std::pair<std::string, std::string>> rows) {

@@ -149,6 +149,8 @@ struct ArgumentMasks {
   uint64_t is_out = 0;
 };
 ArgumentMasks argument_masks(const c10::FunctionSchema& schema);
+// How many masks were computed (cache misses, all threads) since the process began.
+uint64_t argument_mask_computations();
 // Rows of (op pattern, argument name); see kernel_key.py for the patterns.
 void set_static_arguments(std::vector<std::pair<std::string, std::string>> rows);
 

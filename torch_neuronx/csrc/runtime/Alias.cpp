@@ -53,6 +53,24 @@ class AliasImpl final : public c10::TensorImpl {
   }
 };
 
+// A TensorImpl's dispatch keys, which only a member pointer formed through a
+// derived class may reach (they are protected).
+struct KeySetOf : c10::TensorImpl {
+  static constexpr c10::DispatchKeySet c10::TensorImpl::*member = &KeySetOf::key_set_;
+};
+
+// What _change_backend_component_keys(neuron) makes of a CPU tensor's keys
+// (the backend bit and its autocast keys swapped), as two constant masks:
+// that function derives both from the device on every call, out of line,
+// for each fresh result.
+c10::DispatchKeySet neuron_keys_of_cpu(c10::DispatchKeySet keys) {
+  using c10::BackendComponent;
+  keys = (keys - c10::getAutocastRelatedKeySetFromBackend(BackendComponent::CPUBit)) |
+      c10::getAutocastRelatedKeySetFromBackend(BackendComponent::PrivateUse1Bit);
+  return keys.remove_backend(BackendComponent::CPUBit) |
+      c10::DispatchKeySet(BackendComponent::PrivateUse1Bit);
+}
+
 // A CPU tensor with `t`'s layout over `data` (which points at `t`'s bytes).
 at::Tensor cpu_view(const at::Tensor& t, c10::DataPtr data) {
   // Resizable with the CPU allocator: a kernel that grows an out= argument
@@ -262,7 +280,9 @@ at::Tensor adopt_cpu_result(at::Tensor&& cpu, c10::DeviceIndex index) {
   // (two atomic operations on every result).
   c10::Storage own = std::move(const_cast<c10::Storage&>(*storage));
   impl->set_storage_keep_dtype(std::move(own));
-  impl->_change_backend_component_keys(c10::Device(kNeuron, index));
+  TORCH_INTERNAL_ASSERT_DEBUG_ONLY(impl->key_set().highestBackendKey() == c10::BackendComponent::CPUBit);
+  c10::DispatchKeySet& keys = impl->*KeySetOf::member;
+  keys = neuron_keys_of_cpu(keys);
   return std::move(cpu);
 }
 

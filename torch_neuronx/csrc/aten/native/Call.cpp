@@ -24,14 +24,6 @@ bool needs_narrowing(const caffe2::TypeMeta dtype) {
 
 } // namespace
 
-void CallState::note_device(c10::Device d) {
-  if (!device_) {
-    device_ = d.index();
-  } else if (*device_ != d.index() && !other_device_) {
-    other_device_ = d;
-  }
-}
-
 void CallState::note_other(const at::Tensor& t) {
   cpu_tensor_mixed_ |= t.defined() && t.device().is_cpu() && t.dim() > 0;
 }
@@ -61,9 +53,9 @@ c10::MaybeOwned<at::Tensor> CallState::alias(const at::Tensor& t, Access access)
   return a;
 }
 
-void CallState::check_devices(const c10::OperatorName& op) const {
+void CallState::raise_mixed_devices(const c10::OperatorName& op) const {
   TORCH_CHECK(
-      !other_device_ && !(cpu_tensor_mixed_ && device_),
+      false,
       "Expected all tensors to be on the same device, but found at least two "
       "devices, neuron:", static_cast<int>(device_.value_or(0)), " and ",
       other_device_ ? other_device_->str() : std::string("cpu"),

@@ -55,11 +55,23 @@ class CallState {
   // lives) when it is a recycled one.
   c10::MaybeOwned<at::Tensor> alias(const at::Tensor& t, Access access);
   // Record a device an argument asks for (e.g. a `device=` argument).
-  void note_device(c10::Device d);
+  // Inline, as check_devices' test: each call's own out-of-line function was
+  // a cold instruction-cache line per op.
+  void note_device(c10::Device d) {
+    if (!device_) {
+      device_ = d.index();
+    } else if (C10_UNLIKELY(*device_ != d.index() && !other_device_)) {
+      other_device_ = d;
+    }
+  }
   // A non-neuron tensor argument: only 0-dim CPU tensors may be mixed in.
   void note_other(const at::Tensor& t);
-  // Raise PyTorch's usual mixed-device error, naming `op`.
-  void check_devices(const c10::OperatorName& op) const;
+  // Raise PyTorch's usual mixed-device error, naming `op`, if devices were mixed.
+  void check_devices(const c10::OperatorName& op) const {
+    if (C10_UNLIKELY(other_device_ || (cpu_tensor_mixed_ && device_))) {
+      raise_mixed_devices(op);
+    }
+  }
   std::optional<c10::DeviceIndex> device() const {
     return device_;
   }
@@ -90,6 +102,7 @@ class CallState {
   };
   void sync_recorded_args();
   void restore_written_args();
+  [[noreturn]] C10_NOINLINE void raise_mixed_devices(const c10::OperatorName& op) const;
 
   bool aten_kernel_;
   std::optional<c10::DeviceIndex> device_;

@@ -291,6 +291,10 @@ struct FastKernel<Op, Ret(Args...)> {
         c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
     return op;
   }
+  C10_ALWAYS_INLINE static const c10::FunctionSchema& schema() {
+    static const c10::FunctionSchema& schema = handle().schema();
+    return schema;
+  }
 
   // Per argument, from the schema: written or not, and an in-place self
   // (positional, of an op that is not a view op) keeps its memory and layout.
@@ -320,15 +324,14 @@ struct FastKernel<Op, Ret(Args...)> {
       return;
     }
     static_assert(N <= 64, "argument masks cover 64 arguments");
-    const c10::OperatorHandle& op = handle();
-    const ArgumentMasks masks = argument_masks(op.schema());
+    const ArgumentMasks masks = argument_masks(schema());
     KeyBuilder key;
     size_t i = 0;
     // Left to right (a fold over the comma operator), as the boxed key.
     ((key_arg(key, args, ((masks.is_static >> i) & 1) != 0, ((masks.is_out >> i) & 1) != 0),
       ++i),
      ...);
-    account_call(op, key, [&] { return c10::impl::boxArgs<Args...>(args...); });
+    account_call(schema(), key, [&] { return c10::impl::boxArgs<Args...>(args...); });
   }
 
   static Ret call(Args... args) {
