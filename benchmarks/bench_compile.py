@@ -152,14 +152,14 @@ def decode(rounds: int = 16) -> dict:
     """Static-cache greedy requests of the ``generate`` workload, CPU Inductor and neuron compiled
     in one process, interleaved request by request (alternating which goes first), so that load
     from other jobs hits both alike: per-token medians, the geometric mean of the per-round ratios
-    with ±2 standard errors, and the host buffers/reinterprets the generated code makes per request
-    (counts: firm on a loaded machine, where the times are indicative)."""
-    import math
-
+    with its 95 % interval (``stats.paired_ratio``, as the suite's rows), and the host
+    buffers/reinterprets the generated code makes per request (counts: firm on a loaded machine,
+    where the times are indicative)."""
     from transformers import StaticCache
 
     from benchmarks import adapters, workloads
     from benchmarks.model import FULL, build_model, token_batch
+    from benchmarks.stats import paired_ratio
 
     torch.set_num_threads(1)
     prompt = token_batch(FULL, FULL.prompt, 10_000)[:1]
@@ -179,11 +179,10 @@ def decode(rounds: int = 16) -> dict:
                 per_token[name] += times
                 medians[name].append(statistics.median(times))
         calls = {name: _host_calls(run) for name, run in setups.items()}
-    logs = [math.log(n / c) for n, c in zip(medians["neuron_compiled"], medians["cpu_inductor"])]
-    mean, se = statistics.mean(logs), statistics.stdev(logs) / math.sqrt(len(logs))
+    ratio = paired_ratio([n / c for n, c in zip(medians["neuron_compiled"], medians["cpu_inductor"], strict=True)])
     return {"same_tokens": tokens["neuron_compiled"] == tokens["cpu_inductor"],
             "per_token_ms": {name: statistics.median(t) * 1e3 for name, t in per_token.items()},
-            "neuron_over_inductor": [math.exp(mean), math.exp(mean - 2 * se), math.exp(mean + 2 * se)],
+            "neuron_over_inductor": [ratio.geometric_mean, ratio.low, ratio.high],
             "host_calls_per_request": calls}
 
 
