@@ -227,7 +227,10 @@ def generate_static(adapter, size: Size) -> dict:
 
     The path users take: Transformers builds the static cache, the masks and
     the cache positions itself. Transformers would auto-compile it on some
-    devices; ``disable_compile`` keeps this row eager on every backend.
+    devices; ``disable_compile`` keeps this row eager on every backend. After a
+    warm-up request, ``decode_requests`` measured ones, as in ``generate``: one
+    request of a few milliseconds per token is too short a sample for a process's
+    median, and the paired ratio divides two such medians.
     """
     model = adapter.place(build_model(size))
     model.eval()
@@ -235,20 +238,19 @@ def generate_static(adapter, size: Size) -> dict:
     prompt = token_batch(size, size.prompt, 10_000)[:1].to(adapter.device)
     settings = dict(max_new_tokens=size.new_tokens, min_new_tokens=size.new_tokens, do_sample=False,
                     cache_implementation="static", pad_token_id=0)
+    ttfts, per_token, tokens_per_s = [], [], []
     with torch.no_grad():
         model.generate(prompt, **settings)  # warm-up: builds the cache, compiles kernels
-        clock = _TokenClock(adapter)
-        start = time.perf_counter()
-        out = model.generate(prompt, streamer=clock, **settings)
-    stamps = clock.stamps  # [prompt, token 1, token 2, ...]
-    ttft = stamps[1] - start
-    per_token = [b - a for a, b in zip(stamps[1:], stamps[2:])]
+        for _ in range(size.decode_requests):
+            clock = _TokenClock(adapter)
+            start = time.perf_counter()
+            out = model.generate(prompt, streamer=clock, **settings)
+            stamps = clock.stamps  # [prompt, token 1, token 2, ...]
+            ttfts.append((stamps[1] - start) * 1e3)
+            per_token += [(b - a) * 1e3 for a, b in zip(stamps[1:], stamps[2:])]
+            tokens_per_s.append(size.new_tokens / (stamps[-1] - start))
     return {
-        "metrics": {
-            "ttft_ms": ttft * 1e3,
-            "per_token_ms": [t * 1e3 for t in per_token],
-            "tokens_per_s": size.new_tokens / (stamps[-1] - start),
-        },
+        "metrics": {"ttft_ms": ttfts, "per_token_ms": per_token, "tokens_per_s": tokens_per_s},
         "info": {"tokens": out[0, size.prompt:].tolist()},
     }
 
