@@ -109,8 +109,9 @@ def test_warm_compiled_decode_steps_alias_no_parameter_or_cache_tensor_again(bas
 
 
 def _decode_step_host_buffers(base, device: str, backend: str) -> tuple[int, torch.Tensor, list]:
-    """A static-cache prefill then one decode step, compiled by ``backend`` without caches: the
-    host buffers the decode graph's generated code allocates, its logits and the cache after it."""
+    """A static-cache prefill (eager: only its cache contents matter) then one decode step,
+    compiled by ``backend`` without caches: the host buffers the decode graph's generated code
+    allocates, its logits and the cache after it."""
     from torch._inductor import config as inductor_config
     from torch._inductor.graph import GraphLowering
     from transformers import StaticCache
@@ -121,10 +122,10 @@ def _decode_step_host_buffers(base, device: str, backend: str) -> tuple[int, tor
     prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(8)).to(device)
     codes: list[str] = []
     with torch.no_grad(), inductor_config.patch(force_disable_caches=True):
-        token = forward(input_ids=prompt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+        token = model(input_ids=prompt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
         with mock.patch.object(GraphLowering, "save_output_code", codes.append):
             logits = forward(input_ids=token, past_key_values=cache, use_cache=True).logits
-    (code,) = codes  # the decode step's graph (the prefill graph was compiled before)
+    (code,) = codes  # the decode step's graph, the only one compiled
     return (code.count("empty_strided_cpu("), logits.cpu(),
             [t.cpu() for layer in cache.layers for t in (layer.keys, layer.values)])
 
