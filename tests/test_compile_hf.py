@@ -68,7 +68,9 @@ def test_training_loop_matches_eager_neuron_and_cpu(base_model):
 def test_static_cache_generate_uses_compiled_forward(base_model):
     model = copy.deepcopy(base_model).to("neuron")
     prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(2))
-    kwargs = dict(max_new_tokens=4, do_sample=False, cache_implementation="static", pad_token_id=0)
+    # The static cache of the next test's first request (6 + 6 positions): it finds these graphs
+    # in the compile cache instead of compiling its own.
+    kwargs = dict(max_new_tokens=6, do_sample=False, cache_implementation="static", pad_token_id=0)
     compiled = model.generate(prompt.to("neuron"), **kwargs)
     metrics = torch_neuronx.get_dynamo_metrics()
     # Transformers picks backend "neuron" itself (CompileConfig for neuron devices): decode steps share a graph.
@@ -194,7 +196,8 @@ def test_trainer_with_torch_compile_selects_neuron_backend(base_model, tmp_path)
 
 # Issue 29: since graph lowering became the default, eager attention's backward (Inductor's
 # prims.fma) and sliding-window / MoE static-cache decoding (fmod.Scalar, unsorted topk) failed
-# to compile. One architecture per code path, each against the same computation on CPU.
+# to compile. One architecture per code path, each against the same computation on CPU (Qwen2's
+# attention is Llama's eager_attention_forward with biased q/k/v projections: Llama's case covers it).
 NO_DROPOUT = {"gpt2": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}}  # masks differ by RNG
 
 
@@ -202,7 +205,7 @@ NO_DROPOUT = {"gpt2": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 # index, whose backward Inductor 2.13 compiled wrong on CPU (compile/tile2d_atomic_add.py).
 # Mamba (its causal conv1d's backward; its scan's saved activations reach the backward graph with
 # strides a view cannot take) is checked by the compiled coverage sweep, not here: ≈ 60 s of Inductor.
-@pytest.mark.parametrize("model_type", ["llama", "qwen2", "gpt2", "falcon"])
+@pytest.mark.parametrize("model_type", ["llama", "gpt2", "falcon"])
 def test_compiled_training_step_with_eager_attention_matches_cpu(model_type):
     from torch_neuronx.testing.tiny_models import tiny_causal_lm
 
