@@ -111,39 +111,48 @@ def test_bad_mode_is_a_clear_error(monkeypatch):
     assert value_semantics.mode_from_env() == "strict"
 
 
-def test_narrow_warns_once_per_process():
-    script = textwrap.dedent("""
-        import warnings, torch, torch_neuronx
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
-            for _ in range(3):
-                torch.tensor([2**31 + 5]).to("neuron")
-        print(sum("no 64-bit device dtypes" in str(w.message) for w in seen))
-    """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+# One fresh process for both checks of the once-per-process warning (a new interpreter costs
+# seconds): print() first, then three real 64-bit values.
+_WARNINGS_SCRIPT = textwrap.dedent("""
+    import warnings, torch, torch_neuronx
+    def warned():
+        return sum("no 64-bit device dtypes" in str(w.message) for w in seen)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        text = repr(torch.tensor([1.5, 2.25, 1e-7, -3e5], device="neuron"))
+        printed = warned()
+        assert torch_neuronx.get_64bit_mode() == "narrow"
+        big = torch.tensor([2**31 + 5]).to("neuron")
+        after_one = warned()
+        for _ in range(2):
+            torch.tensor([2**31 + 5]).to("neuron")
+        after_three = warned()
+    print(text == repr(torch.tensor([1.5, 2.25, 1e-7, -3e5])).replace(")", ", device='neuron:0')"))
+    print(printed, after_one, after_three, big.item())
+""")
+
+
+@pytest.fixture(scope="module")
+def warnings_in_a_fresh_process() -> list[str]:
+    """The script's last two lines: print() unchanged, then the warning counts and the value."""
+    out = subprocess.run([sys.executable, "-c", _WARNINGS_SCRIPT], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "1"
+    return out.stdout.strip().splitlines()[-2:]
 
 
-def test_printing_does_not_narrow_or_warn_but_real_values_still_do():
+def test_narrow_warns_once_per_process(warnings_in_a_fresh_process):
+    _, after_one, after_three, _ = warnings_in_a_fresh_process[1].split()
+    assert (after_one, after_three) == ("1", "1")
+
+
+def test_printing_does_not_narrow_or_warn_but_real_values_still_do(warnings_in_a_fresh_process):
     """print() computes float64 ratios on the device; they must not trigger the
     narrowing warning (the printed tensor has no 64-bit value), while a real
-    64-bit value afterwards still does, on the same thread."""
-    script = textwrap.dedent("""
-        import threading, warnings, torch, torch_neuronx
-        with warnings.catch_warnings(record=True) as seen:
-            warnings.simplefilter("always")
-            text = repr(torch.tensor([1.5, 2.25, 1e-7, -3e5], device="neuron"))
-            printed = sum("no 64-bit device dtypes" in str(w.message) for w in seen)
-            assert torch_neuronx.get_64bit_mode() == "narrow"
-            big = torch.tensor([2**31 + 5]).to("neuron")
-            after = sum("no 64-bit device dtypes" in str(w.message) for w in seen)
-        print(text == repr(torch.tensor([1.5, 2.25, 1e-7, -3e5])).replace(")", ", device='neuron:0')"))
-        print(printed, after, big.item())
-    """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-2:] == ["True", f"0 1 {2**31 + 5 - 2**32}"]
+    64-bit value afterwards still does."""
+    same_text, counts = warnings_in_a_fresh_process
+    printed, after_one, _, value = counts.split()
+    assert same_text == "True"
+    assert (printed, after_one, value) == ("0", "1", str(2**31 + 5 - 2**32))
 
 
 def test_channels_last_is_a_clear_error():

@@ -4,7 +4,7 @@ The real product marks a child forked after its runtime was initialised from Pyt
 (``torch.neuron.init()``, ``get_device_properties()``, ``init_process_group``) as in a
 bad fork: initialising again raises "Cannot re-initialize Neuron runtime in forked
 subprocess. …". The emulated device is host memory, so a child's tensors and ops keep
-working and compute as on CPU. Each scenario runs in a fresh interpreter, since whether
+working and compute as on CPU. The scenarios run in fresh interpreters, since whether
 the runtime was initialised from Python is process state.
 """
 from __future__ import annotations
@@ -13,6 +13,8 @@ import json
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 FORK_MESSAGE = ("Cannot re-initialize Neuron runtime in forked subprocess. "
                 "To use Neuron with multiprocessing, use the 'spawn' start method")
@@ -69,23 +71,31 @@ def _run(body: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_child_of_a_process_that_only_used_tensors_initialises_normally():
-    """Tensors and ops alone never run the real product's Python-level init, so its fork
-    hook leaves the child alone (TR __init__.py:164-170: only ``_initialized`` children)."""
-    out = _run("print(json.dumps(in_child(lambda: child_report(x))))")
-    assert out == {"bad_fork": False, "equal_cpu": True, "inherited_intact": True,
-                   "init": "ok", "properties": "ok"}
-
-
-def test_child_forked_after_init_refuses_to_initialise_but_computes():
-    out = _run("""
+@pytest.fixture(scope="module")
+def forked_before_and_after_init() -> dict:
+    """One interpreter for two scenarios (a fresh one costs seconds): a child forked while the
+    process had only used tensors, then, after ``torch.neuron.init()``, a child and a grandchild.
+    The order matters: initialisation is process state that only ever moves forward."""
+    return _run("""
+        before_init = in_child(lambda: child_report(x))
         torch.neuron.init()
         parent_bad = torch.neuron._is_in_bad_fork()
         child = in_child(lambda: child_report(x))
         grandchild = in_child(lambda: in_child(lambda: child_report(x)))
-        print(json.dumps({"parent_bad": parent_bad, "child": child, "grandchild": grandchild,
-                          "parent_init_after": torch.neuron.init() is None}))
+        print(json.dumps({"before_init": before_init, "parent_bad": parent_bad, "child": child,
+                          "grandchild": grandchild, "parent_init_after": torch.neuron.init() is None}))
     """)
+
+
+def test_child_of_a_process_that_only_used_tensors_initialises_normally(forked_before_and_after_init):
+    """Tensors and ops alone never run the real product's Python-level init, so its fork
+    hook leaves the child alone (TR __init__.py:164-170: only ``_initialized`` children)."""
+    assert forked_before_and_after_init["before_init"] == {
+        "bad_fork": False, "equal_cpu": True, "inherited_intact": True, "init": "ok", "properties": "ok"}
+
+
+def test_child_forked_after_init_refuses_to_initialise_but_computes(forked_before_and_after_init):
+    out = forked_before_and_after_init
     assert out["parent_bad"] is False and out["parent_init_after"] is True
     for who in ("child", "grandchild"):  # a bad fork is inherited
         assert out[who] == {"bad_fork": True, "equal_cpu": True, "inherited_intact": True,
