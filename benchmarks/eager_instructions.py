@@ -4,6 +4,7 @@
   python -m benchmarks.eager_instructions --only add,decode --ops 5000 --tokens 5 --steps 1
   python -m benchmarks.eager_instructions --only train --steps 1 --size smoke   # minutes, not hours
   python -m benchmarks.eager_instructions --only decode --tokens 5 --cache      # + cache and branch simulation
+  python -m benchmarks.eager_instructions --only decode --tokens 5 --cache --by-function 30
 
 A host measurement that load does not disturb: each (workload, device) runs in its own process
 under ``valgrind --tool=callgrind`` with collection switched on only around the measured loop
@@ -14,6 +15,10 @@ bookkeeping — aliasing, accounting, allocation — whose instructions track it
 Where ops alternate (a decode step) the bookkeeping's footprint costs as much as its
 instructions: ``--cache`` adds callgrind's cache and branch simulation (several times slower)
 and reports L1 instruction and data misses and mispredicted branches next to the instructions.
+``--by-function N`` says where a difference is: the N functions whose own (exclusive) counts
+differ most between the devices, per unit, for each counted event: a difference in the
+totals alone does not say whether it is our code or other code (the interpreter, PyTorch)
+slowed by our footprint.
 """
 from __future__ import annotations
 
@@ -129,11 +134,12 @@ def parse_events(stderr: str) -> dict[str, int]:
 
 
 def count_instructions(workload: str, device: str, count: int, valgrind: str, size: str = "full",
-                       cache: bool = False) -> dict[str, int]:
+                       cache: bool = False, keep: Path | None = None) -> dict[str, int]:
     """callgrind's totals in one child process running the measured loop: ``Ir`` (instructions),
-    with ``cache`` also the cache and branch simulation's events."""
+    with ``cache`` also the cache and branch simulation's events; ``keep``: where to leave
+    callgrind's output file (per-function counts, ``by_function``)."""
     with tempfile.TemporaryDirectory() as scratch:
-        out = Path(scratch) / "callgrind.out"
+        out = keep or Path(scratch) / "callgrind.out"
         command = [valgrind, "--tool=callgrind", "--collect-atstart=no",
                    *(["--cache-sim=yes", "--branch-sim=yes"] if cache else []),
                    f"--callgrind-out-file={out}", sys.executable, "-m", "benchmarks.eager_instructions",
@@ -146,15 +152,53 @@ def count_instructions(workload: str, device: str, count: int, valgrind: str, si
         return events
 
 
+def parse_annotate(text: str) -> dict[str, int]:
+    """A ``callgrind_annotate`` listing's count per function (its first event column), keyed by
+    the function's name without its source file and object, as both devices' runs share them."""
+    counts: dict[str, int] = {}
+    for line in text.splitlines():
+        match = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+(.+)$", line)
+        if match is None or match.group(2) == "PROGRAM TOTALS":
+            continue
+        name = re.sub(r" \[[^\]]*\]$", "", match.group(2))
+        name = name.split(":", 1)[1] if ":" in name.split("(", 1)[0] else name
+        counts[name] = counts.get(name, 0) + int(match.group(1).replace(",", ""))
+    return counts
+
+
+def by_function(paths: dict[str, Path], event: str) -> dict[str, dict[str, int]]:
+    """Per device, each function's own (exclusive) count of ``event`` in a kept callgrind file."""
+    annotate = shutil.which("callgrind_annotate") or "callgrind_annotate"
+    return {device: parse_annotate(subprocess.run(
+        [annotate, "--inclusive=no", "--auto=no", "--threshold=100", f"--show={event}", str(path)],
+        capture_output=True, text=True, check=True).stdout) for device, path in paths.items()}
+
+
+def function_table(workload: str, event: str, counts: dict[str, dict[str, int]], per: int,
+                   top: int) -> str:
+    """The ``top`` functions whose counts differ most (neuron − CPU), per unit of ``workload``."""
+    cpu, neuron = counts["cpu"], counts["neuron"]
+    names = sorted(set(cpu) | set(neuron), key=lambda n: (-abs(neuron.get(n, 0) - cpu.get(n, 0)), n))
+    lines = [f"`{workload}`, {event} per {UNITS.get(workload, 'op')}, the functions' own counts:", "",
+             "| function | CPU | neuron | neuron − CPU |", "|---|---|---|---|"]
+    for name in names[:top]:
+        a, b = cpu.get(name, 0) / per, neuron.get(name, 0) / per
+        shown = name if len(name) <= 120 else name[:117] + "..."
+        lines.append(f"| `{shown}` | {a:,.0f} | {b:,.0f} | {b - a:+,.0f} |")
+    return "\n".join(lines)
+
+
 def measure(workloads, ops: int, tokens: int, steps: int, valgrind: str, size: str = "full",
-            log=print, cache: bool = False) -> list[dict]:
+            log=print, cache: bool = False, top: int = 0) -> list[dict]:
     rows = []
     for workload in workloads:
         count = {"decode": tokens, "train": steps}.get(workload, ops)
         measured = count - 1 if workload == "decode" else count
         per, misses = {}, {}
+        scratch = Path(tempfile.mkdtemp()) if top else None
+        kept = {device: scratch / f"{workload}.{device}.callgrind" for device in ("cpu", "neuron")} if top else {}
         for device in ("cpu", "neuron"):
-            events = count_instructions(workload, device, count, valgrind, size, cache)
+            events = count_instructions(workload, device, count, valgrind, size, cache, kept.get(device))
             per[device] = events["Ir"] / measured
             log(f"{workload} on {device}: {per[device]:,.0f} instructions per "
                 f"{UNITS.get(workload, 'op')}")
@@ -165,6 +209,10 @@ def measure(workloads, ops: int, tokens: int, steps: int, valgrind: str, size: s
                "size": "full" if workload in OPS else size}
         if cache:
             row["misses"] = misses
+        if top:
+            row["functions"] = [function_table(workload, event, by_function(kept, event), measured, top)
+                                for event in ("Ir", *(e for es in CACHE_EVENTS.values() for e in es if cache))]
+            shutil.rmtree(scratch)
         rows.append(row)
     return rows
 
@@ -189,6 +237,9 @@ def markdown(rows: list[dict]) -> str:
                 cpu, neuron = r["misses"]["cpu"][name], r["misses"]["neuron"][name]
                 lines.append(f"| `{r['workload']}` | {name} | {cpu:,.0f} | {neuron:,.0f} | "
                              f"{neuron - cpu:+,.0f} | {neuron / cpu:.3f} |")
+    for r in rows:
+        for table in r.get("functions", ()):
+            lines += ["", table]
     return "\n".join(lines)
 
 
@@ -202,6 +253,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the suite's model size for decode and train (smoke: the CI model)")
     parser.add_argument("--cache", action="store_true",
                         help="also simulate caches and branches: L1 misses and mispredicts (slower)")
+    parser.add_argument("--by-function", type=int, default=0, metavar="N",
+                        help="also list the N functions whose own counts differ most between the devices")
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     parser.add_argument("--child", nargs=4, metavar=("WORKLOAD", "DEVICE", "COUNT", "SIZE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -220,7 +273,7 @@ def main(argv: list[str] | None = None) -> None:
     if valgrind is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind); it counts the instructions")
     text = markdown(measure(workloads, args.ops, args.tokens, args.steps, valgrind, args.size,
-                            cache=args.cache))
+                            cache=args.cache, top=args.by_function))
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n", encoding="utf-8")

@@ -68,7 +68,7 @@ def test_cache_events_are_read_by_name_and_reported_per_unit(monkeypatch):
     assert eager_instructions.parse_events("==1== Collected : 5\n") == {}  # no event names: no counts
     scale = {"cpu": 1, "neuron": 2}
     monkeypatch.setattr(eager_instructions, "count_instructions",
-                        lambda workload, device, count, valgrind, size, cache:
+                        lambda workload, device, count, valgrind, size, cache, keep:
                         {name: value * scale[device] for name, value in events.items()})
     [row] = eager_instructions.measure(["decode"], 1, 5, 1, "valgrind", cache=True, log=lambda _: None)
     assert row["cpu"] == 42931255 / 4 and row["ratio"] == 2  # 5 tokens: 4 decode steps
@@ -146,3 +146,50 @@ def test_the_smoke_size_trains_the_ci_model(monkeypatch):
     monkeypatch.setattr(torch.nn.Embedding, "forward", forward)
     eager_instructions.run_workload("train", "cpu", 1, lambda: None, size="smoke")
     assert set(widths) == {SMOKE.hidden}
+
+
+# callgrind_annotate's per-function lines (real ones, shortened): counts with thousands
+# separators, "file:function [object]", recursion marks kept as callgrind names them.
+ANNOTATE_CPU = """--------------------------------------------------------------------------------
+Ir                  file:function
+--------------------------------------------------------------------------------
+42,725,348 (100.0%)  PROGRAM TOTALS
+6,306,112 (14.76%)  ???:mkl_blas_avx2_xsgemv_t [/venv/torch/lib/libtorch_cpu.so]
+2,680,888 ( 6.27%)  /py/Python/ceval.c:_PyEval_EvalFrameDefault'2 [/py/lib/libpython3.11.so.1.0]
+  408,840 ( 0.96%)  ???:at::detail::empty_cpu(c10::ArrayRef<long>, std::optional<c10::ScalarType>) [/venv/libtorch_cpu.so]
+"""
+ANNOTATE_NEURON = """42,176,438 (100.0%)  PROGRAM TOTALS
+6,306,112 (14.27%)  ???:mkl_blas_avx2_xsgemv_t [/venv/torch/lib/libtorch_cpu.so]
+2,681,288 ( 6.07%)  /py/Python/ceval.c:_PyEval_EvalFrameDefault'2 [/py/lib/libpython3.11.so.1.0]
+  363,932 ( 0.82%)  /src/runtime/Alias.cpp:torch_neuronx::(anonymous namespace)::AliasPool::lend(at::Tensor const&, unsigned int&) [/wt/_C.so]
+  392,872 ( 0.89%)  ???:at::detail::empty_cpu(c10::ArrayRef<long>, std::optional<c10::ScalarType>) [/venv/libtorch_cpu.so]
+"""
+
+
+def test_functions_are_matched_across_devices_by_name_and_ranked_by_their_difference(monkeypatch, tmp_path):
+    cpu = eager_instructions.parse_annotate(ANNOTATE_CPU)
+    assert cpu == {"mkl_blas_avx2_xsgemv_t": 6306112, "_PyEval_EvalFrameDefault'2": 2680888,
+                   "at::detail::empty_cpu(c10::ArrayRef<long>, std::optional<c10::ScalarType>)": 408840}
+    neuron = eager_instructions.parse_annotate(ANNOTATE_NEURON)
+    lend = "torch_neuronx::(anonymous namespace)::AliasPool::lend(at::Tensor const&, unsigned int&)"
+    assert neuron[lend] == 363932
+    text = eager_instructions.function_table("decode", "Ir", {"cpu": cpu, "neuron": neuron}, 4, 3)
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    # Largest difference first; equal counts (the GEMV) fall off the top 3.
+    assert rows == [f"| `{lend}` | 0 | 90,983 | +90,983 |",
+                    "| `at::detail::empty_cpu(c10::ArrayRef<long>, std::optional<c10::ScalarType>)` "
+                    "| 102,210 | 98,218 | -3,992 |",
+                    "| `_PyEval_EvalFrameDefault'2` | 670,222 | 670,322 | +100 |"]
+    assert text.startswith("`decode`, Ir per token, the functions' own counts:")
+
+    kept = {}
+    monkeypatch.setattr(eager_instructions, "count_instructions",
+                        lambda workload, device, count, valgrind, size, cache, keep:
+                        kept.setdefault(device, keep) and {"Ir": 4 * (2 if device == "neuron" else 1)})
+    monkeypatch.setattr(eager_instructions, "by_function",
+                        lambda paths, event: {"cpu": cpu, "neuron": neuron} if paths == kept else {})
+    [row] = eager_instructions.measure(["decode"], 1, 5, 1, "valgrind", log=lambda _: None, top=1)
+    assert kept["cpu"] != kept["neuron"]  # each device's callgrind file kept apart
+    assert row["functions"] == [eager_instructions.function_table(
+        "decode", "Ir", {"cpu": cpu, "neuron": neuron}, 4, 1)]
+    assert row["functions"][0] in eager_instructions.markdown([row])
