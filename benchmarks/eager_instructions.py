@@ -191,29 +191,30 @@ def function_table(workload: str, event: str, counts: dict[str, dict[str, int]],
 def measure(workloads, ops: int, tokens: int, steps: int, valgrind: str, size: str = "full",
             log=print, cache: bool = False, top: int = 0) -> list[dict]:
     rows = []
-    for workload in workloads:
-        count = {"decode": tokens, "train": steps}.get(workload, ops)
-        measured = count - 1 if workload == "decode" else count
-        per, misses = {}, {}
-        scratch = Path(tempfile.mkdtemp()) if top else None
-        kept = {device: scratch / f"{workload}.{device}.callgrind" for device in ("cpu", "neuron")} if top else {}
-        for device in ("cpu", "neuron"):
-            events = count_instructions(workload, device, count, valgrind, size, cache, kept.get(device))
-            per[device] = events["Ir"] / measured
-            log(f"{workload} on {device}: {per[device]:,.0f} instructions per "
-                f"{UNITS.get(workload, 'op')}")
+    # One scratch directory for the kept callgrind files (``top``), removed however the run ends.
+    with tempfile.TemporaryDirectory() as scratch:
+        for workload in workloads:
+            count = {"decode": tokens, "train": steps}.get(workload, ops)
+            measured = count - 1 if workload == "decode" else count
+            per, misses = {}, {}
+            kept = ({device: Path(scratch) / f"{workload}.{device}.callgrind" for device in ("cpu", "neuron")}
+                    if top else {})
+            for device in ("cpu", "neuron"):
+                events = count_instructions(workload, device, count, valgrind, size, cache, kept.get(device))
+                per[device] = events["Ir"] / measured
+                log(f"{workload} on {device}: {per[device]:,.0f} instructions per "
+                    f"{UNITS.get(workload, 'op')}")
+                if cache:
+                    misses[device] = {name: sum(events[e] for e in parts) / measured
+                                      for name, parts in CACHE_EVENTS.items()}
+            row = {"workload": workload, "count": measured, **per, "ratio": per["neuron"] / per["cpu"],
+                   "size": "full" if workload in OPS else size}
             if cache:
-                misses[device] = {name: sum(events[e] for e in parts) / measured
-                                  for name, parts in CACHE_EVENTS.items()}
-        row = {"workload": workload, "count": measured, **per, "ratio": per["neuron"] / per["cpu"],
-               "size": "full" if workload in OPS else size}
-        if cache:
-            row["misses"] = misses
-        if top:
-            row["functions"] = [function_table(workload, event, by_function(kept, event), measured, top)
-                                for event in ("Ir", *(e for es in CACHE_EVENTS.values() for e in es if cache))]
-            shutil.rmtree(scratch)
-        rows.append(row)
+                row["misses"] = misses
+            if top:
+                row["functions"] = [function_table(workload, event, by_function(kept, event), measured, top)
+                                    for event in ("Ir", *(e for es in CACHE_EVENTS.values() for e in es if cache))]
+            rows.append(row)
     return rows
 
 
