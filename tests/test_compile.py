@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import threading
 
 import pytest
 import torch
@@ -336,3 +337,37 @@ def test_a_saved_activation_with_strides_a_view_cannot_take_compiles_projected_a
     torch.testing.assert_close(s_dev.grad.cpu(), s_cpu.grad)
     assert not [r.message for r in caplog.records if "not projected" in r.message]
     assert [r["lowering"] for r in torch_neuronx.get_dynamo_metrics()["compiled_graphs"]] == ["lowered", "lowered"]
+
+
+def test_our_inductor_changes_are_held_by_one_compile_at_a_time():
+    """Each compile saves Inductor's CPU pass and restores it after (compile/backend.py): two
+    overlapping in different threads would nest their changes and restore each other's."""
+    from torch._inductor.codegen import common
+
+    from torch_neuronx.compile import backend, scatter_reinplace, tile2d_atomic_add
+
+    common.init_backend_registration()
+    before = (common.device_codegens["cpu"], common.custom_backend_passes.get("cpu"))
+    first_inside, second_inside = threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with backend._our_inductor():
+            first_inside.set()
+            seen["overlapped"] = second_inside.wait(timeout=0.5)
+
+    def second():
+        first_inside.wait(timeout=5)
+        with backend._our_inductor():
+            second_inside.set()
+            seen["pass"] = common.custom_backend_passes["cpu"].uuid()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert seen["overlapped"] is False
+    original = before[1].uuid() if before[1] is not None else None
+    assert seen["pass"] == (scatter_reinplace.REINPLACE_ID, (tile2d_atomic_add.FIX_ID, original))
+    assert (common.device_codegens["cpu"], common.custom_backend_passes.get("cpu")) == before

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import contextlib
 import functools
+import threading
 import time
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch._dynamo
@@ -167,6 +169,26 @@ def _lower_and_account(
         record.estimated_compile_s = graph_compile_seconds(record.stablehlo_op_count, record.graph_node_count)
 
 
+# Our Inductor changes are module state, saved on entry and restored on exit: two of our compiles
+# overlapping in different threads (a backward compiled lazily on an autograd worker while another
+# thread compiles a forward) would restore each other's saved state, dropping a change mid-compile
+# or leaving it installed for good. One compile at a time holds them.
+_INDUCTOR_CHANGES = threading.RLock()
+
+
+@contextlib.contextmanager
+def _our_inductor() -> Iterator[None]:
+    """Inductor as our graphs are compiled by: the persistent cache setting and our two CPU
+    code-generation changes, held by one thread at a time."""
+    with (
+        _INDUCTOR_CHANGES,
+        inductor_config.patch(fx_graph_cache=cache.persistent() and inductor_config.fx_graph_cache),
+        corrected_cpu_codegen(),
+        scatters_reinplaced(),
+    ):
+        yield
+
+
 def _compile_aot_graph(
     gm: torch.fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -204,11 +226,7 @@ def _compile_aot_graph(
         fake_mode = detect_fake_mode(example_inputs)
         cpu_inputs = passes.cpu_fake_inputs(fake_mode, example_inputs)
         FakeTensorProp(gm, mode=fake_mode).propagate_dont_convert_inputs(*cpu_inputs)
-        with (
-            inductor_config.patch(fx_graph_cache=cache.persistent() and inductor_config.fx_graph_cache),
-            corrected_cpu_codegen(),
-            scatters_reinplaced(),
-        ):
+        with _our_inductor():
             compiled = compile_fx_inner(
                 gm, cpu_inputs, is_inference=is_inference, is_backward=is_backward
             )

@@ -11,8 +11,8 @@ reinplaceable ops the update is written into the cache itself, under Inductor's 
 (only when nothing reads the old value afterwards). Only the graph run on the host changes:
 the graph projected, lowered and keyed keeps the product's scatter.
 
-Installed only around our own ``compile_fx_inner`` calls (``backend="inductor"`` in the same
-process is untouched), with its identity in Inductor's cache key so that a graph cached
+Installed only around our own ``compile_fx_inner`` calls, one at a time (compile/backend.py;
+``backend="inductor"`` in the same process is untouched while none runs), with its identity in Inductor's cache key so that a graph cached
 without it is compiled again.
 """
 from __future__ import annotations
