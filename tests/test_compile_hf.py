@@ -1,7 +1,7 @@
 """backend="neuron" with Transformers: a training loop, static-cache generate, mixed mode, Trainer.
 
-All tests share one tiny Llama configuration so that graphs compiled by one
-test are found in the compile cache by the next.
+All tests share one tiny Llama configuration (mixed mode: with two layers) so that
+graphs compiled by one test are found in the compile cache by the next.
 """
 from __future__ import annotations
 
@@ -28,14 +28,20 @@ VOCAB = 256
 NEW_PER_STEP = 3
 
 
-@pytest.fixture(scope="module")
-def base_model() -> LlamaForCausalLM:
+def _tiny_llama(layers: int) -> LlamaForCausalLM:
     config = LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
     )
     torch.manual_seed(0)
     return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def base_model() -> LlamaForCausalLM:
+    """One decoder layer: what these tests check is per layer, and every further layer is more
+    kernels to build cold (mixed mode builds two, to see them share a graph)."""
+    return _tiny_llama(layers=1)
 
 
 def _train_losses(base, device: str, compiled: bool, steps: int = 3) -> list[float]:
@@ -149,9 +155,9 @@ def test_compiled_decode_step_allocates_no_more_host_buffers_than_inductor_on_cp
     assert torch.ops.aten.scatter.src not in reinplace.inplaceable_ops  # scoped to our compile
 
 
-def test_mixed_mode_compiles_only_the_chosen_submodules(base_model):
-    cpu_model = copy.deepcopy(base_model).train()
-    model = copy.deepcopy(base_model).to("neuron").train()
+def test_mixed_mode_compiles_only_the_chosen_submodules():
+    cpu_model = _tiny_llama(layers=2).train()
+    model = copy.deepcopy(cpu_model).to("neuron").train()
     for layer in model.model.layers:
         layer.mlp = torch.compile(layer.mlp, backend="neuron", fullgraph=True)
     ids = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(3))
