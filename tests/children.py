@@ -77,6 +77,25 @@ def stop(procs: Iterable[subprocess.Popen]) -> None:
             proc.communicate()
 
 
+def seed_toolchain(cache: Path, into: Path) -> None:
+    """Give the compile cache ``into`` Inductor's one-off set-up found in the compile cache
+    ``cache`` (a ``TORCH_NEURONX_NEFF_CACHE_DIR``): its precompiled headers (a 150 MB header
+    rebuilt in seconds of C++ per cache) and its vector-ISA probe libraries. They describe this
+    machine's compiler, not a compiled graph, so a cache cold for graphs may start with them.
+    A header is renamed into place once built and a probe cut short is rebuilt
+    (``compile/artifacts.py``), so a cache another process is filling is safe to seed from."""
+    source, target = cache / "compile", into / "compile"
+    if (source / "precompiled_headers").is_dir():
+        shutil.copytree(source / "precompiled_headers", target / "precompiled_headers",
+                        ignore=shutil.ignore_patterns(".tmp-*"))
+    for probe in source.glob("*/*.cpp"):
+        if "__avx_chk_kernel" in probe.read_text(errors="replace"):
+            for part in (probe, probe.with_suffix(".so")):
+                if part.exists():
+                    (target / part.parent.name).mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(part, target / part.relative_to(source))
+
+
 class Lane:
     """Jobs run one at a time on a background thread, in the order queued.
 

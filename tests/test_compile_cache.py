@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -53,36 +52,23 @@ def _run(cache_dir: Path, mode: str, artifacts: Path, environ: dict[str, str]) -
     return result
 
 
-def _seed_toolchain(cache: Path, into: Path) -> None:
-    """Give the cache `into` Inductor's one-off set-up found in `cache`: its precompiled headers
-    and its vector-ISA probe libraries. They describe this machine's compiler, not a compiled
-    graph, so a cache cold for graphs may start with them (each costs seconds of C++ builds)."""
-    source, target = cache / "compile", into / "compile"
-    if (source / "precompiled_headers").is_dir():
-        shutil.copytree(source / "precompiled_headers", target / "precompiled_headers")
-    for probe in source.glob("*/*.cpp"):
-        if "__avx_chk_kernel" in probe.read_text(errors="replace"):
-            for part in (probe, probe.with_suffix(".so")):
-                if part.exists():
-                    (target / part.parent.name).mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(part, target / part.relative_to(source))
-
-
 def _round_trip(folder: Path, environ: dict[str, str]) -> dict:
     """A cold process saving cache artifacts, a warm one, and one loading the artifacts into an
     empty cache: three fresh interpreters, one after the other."""
     artifacts = folder / "artifacts.bin"
+    # Cold for graphs; the compiler set-up the session already built is not what this checks.
+    children.seed_toolchain(Path(environ["TORCH_NEURONX_NEFF_CACHE_DIR"]), folder / "cache")
     cold = _run(folder / "cache", "save", artifacts, environ)
     fx_graphs = any((folder / "cache" / "compile" / "fxgraph").rglob("*"))
     warm = _run(folder / "cache", "plain", artifacts, environ)
     # A machine with an empty cache (its compiler set-up seeded), given the saved artifacts.
-    _seed_toolchain(folder / "cache", folder / "other-cache")
+    children.seed_toolchain(folder / "cache", folder / "other-cache")
     loaded = _run(folder / "other-cache", "load", artifacts, environ)
     return {"folder": folder, "cold": cold, "fx_graphs": fx_graphs, "warm": warm, "artifacts": artifacts,
             "loaded": loaded}
 
 
-# The three processes need nothing from the tests before them (the first builds Inductor's
+# The three processes need nothing from the tests before them (the first starts with the
 # compiler set-up).
 round_trip = children.lane_fixture("round_trip", _round_trip, folder_prefix="torchneuron-compile-cache-")
 

@@ -1,7 +1,7 @@
 """backend="neuron" with Transformers: a training loop, static-cache generate, mixed mode, Trainer.
 
-All tests share one tiny Llama configuration so that graphs compiled by one
-test are found in the compile cache by the next.
+All tests share one tiny Llama configuration (mixed mode: with two layers) so that
+graphs compiled by one test are found in the compile cache by the next.
 """
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from test_compile import _fresh_dynamo  # noqa: E402,F401  (autouse: fresh Dynamo state and metrics)
 
+from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm  # noqa: E402
+
 # Each test compiles a model cold (seconds of Inductor on one core): the module runs in a child
 # pytest on the background lane, beside the other tests (tests/conftest.py).
 pytestmark = [pytest.mark.slow, pytest.mark.child_process]
@@ -26,14 +28,20 @@ VOCAB = 256
 NEW_PER_STEP = 3
 
 
-@pytest.fixture(scope="module")
-def base_model() -> LlamaForCausalLM:
+def _tiny_llama(layers: int) -> LlamaForCausalLM:
     config = LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        hidden_size=64, intermediate_size=128, num_hidden_layers=layers, num_attention_heads=4,
         num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
     )
     torch.manual_seed(0)
     return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def base_model() -> LlamaForCausalLM:
+    """One decoder layer: what these tests check is per layer, and every further layer is more
+    kernels to build cold (mixed mode builds two, to see them share a graph)."""
+    return _tiny_llama(layers=1)
 
 
 def _train_losses(base, device: str, compiled: bool, steps: int = 3) -> list[float]:
@@ -147,9 +155,9 @@ def test_compiled_decode_step_allocates_no_more_host_buffers_than_inductor_on_cp
     assert torch.ops.aten.scatter.src not in reinplace.inplaceable_ops  # scoped to our compile
 
 
-def test_mixed_mode_compiles_only_the_chosen_submodules(base_model):
-    cpu_model = copy.deepcopy(base_model).train()
-    model = copy.deepcopy(base_model).to("neuron").train()
+def test_mixed_mode_compiles_only_the_chosen_submodules():
+    cpu_model = _tiny_llama(layers=2).train()
+    model = copy.deepcopy(cpu_model).to("neuron").train()
     for layer in model.model.layers:
         layer.mlp = torch.compile(layer.mlp, backend="neuron", fullgraph=True)
     ids = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(3))
@@ -199,6 +207,8 @@ def test_trainer_with_torch_compile_selects_neuron_backend(base_model, tmp_path)
 # to compile. One architecture per code path, each against the same computation on CPU (Qwen2's
 # attention is Llama's eager_attention_forward with biased q/k/v projections: Llama's case covers it).
 NO_DROPOUT = {"gpt2": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}}  # masks differ by RNG
+# One decoder layer: each path is per layer, and every further layer is more kernels to build cold.
+ONE_LAYER = TinySize(layers=1)
 
 
 # Falcon (multi_query=True, its tiny config's default): its key/value heads are picked by a list
@@ -207,9 +217,8 @@ NO_DROPOUT = {"gpt2": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 # strides a view cannot take) is checked by the compiled coverage sweep, not here: ≈ 60 s of Inductor.
 @pytest.mark.parametrize("model_type", ["llama", "gpt2", "falcon"])
 def test_compiled_training_step_with_eager_attention_matches_cpu(model_type):
-    from torch_neuronx.testing.tiny_models import tiny_causal_lm
-
-    reference = tiny_causal_lm(model_type, attn_implementation="eager", **NO_DROPOUT.get(model_type, {})).train()
+    reference = tiny_causal_lm(model_type, ONE_LAYER, attn_implementation="eager",
+                               **NO_DROPOUT.get(model_type, {})).train()
     assert model_type != "falcon" or reference.config.multi_query
     model = copy.deepcopy(reference).to("neuron")
     ids = torch.randint(3, 200, (2, 16), generator=torch.Generator().manual_seed(5))
@@ -227,8 +236,6 @@ def test_compiled_training_step_with_eager_attention_matches_cpu(model_type):
 
 @pytest.mark.parametrize("model_type", ["mistral", "glm4_moe"])
 def test_static_cache_generate_compiles_sliding_window_and_moe_routing(model_type):
-    from torch_neuronx.testing.tiny_models import tiny_causal_lm
-
     overrides = {"sliding_window": 8} if model_type == "mistral" else {}
     reference = tiny_causal_lm(model_type, **overrides)
     model = copy.deepcopy(reference).to("neuron")
@@ -247,9 +254,7 @@ def test_compiled_training_with_dropout_lowers_its_random_masks_as_inputs():
     real product passes a dropout mask drawn on the host (torchneuron-source-2026-04.md §8,
     "The compiled dropout mask comes from CPU aten.native_dropout and is passed in as an extra
     input", TR neuron_dynamo_backend/utils/stablehlo_utils.py:122-134)."""
-    from torch_neuronx.testing.tiny_models import tiny_causal_lm
-
-    model = tiny_causal_lm("gpt2").train().to("neuron")
+    model = tiny_causal_lm("gpt2", ONE_LAYER).train().to("neuron")
     assert model.config.resid_pdrop > 0
     ids = torch.randint(3, 200, (2, 16), generator=torch.Generator().manual_seed(7)).to("neuron")
     loss = torch.compile(model, backend="neuron")(input_ids=ids, labels=ids).loss
