@@ -1,14 +1,21 @@
 """Shared test set-up: offline Hugging Face, a private NEFF cache, seeds."""
+import atexit
 import logging
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# A private NEFF cache (docs/fidelity.md): tests never touch the user's cache dir.
-os.environ.setdefault("TORCH_NEURONX_NEFF_CACHE_DIR", tempfile.mkdtemp(prefix="torchneuron-test-neff-"))
+# A private NEFF cache (docs/fidelity.md): tests never touch the user's cache dir. The session
+# that makes it removes it at exit (child processes inherit the variable and leave it be): it
+# holds Inductor's ~150 MB precompiled header, so every run used to leave one behind in /tmp.
+if "TORCH_NEURONX_NEFF_CACHE_DIR" not in os.environ:
+    os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchneuron-test-neff-")
+    # Registered before torch_neuronx is imported, so it runs after the library's exit handlers.
+    atexit.register(shutil.rmtree, os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"], ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
