@@ -379,6 +379,35 @@ def test_tensor_iterator_ops_match_cpu(op, other, dtype):
         assert got is x
 
 
+# The unary ones run there for float32/bf16/f16 inputs (integers, which their iterator promotes
+# to float, and float64 take the fast path); pow also for exponents the kernel special-cases.
+UNARY_TENSOR_ITERATOR_OPS = {
+    "neg": torch.neg,
+    "rsqrt": torch.rsqrt,
+    "silu": F.silu,
+    "pow 2": lambda x: x.pow(2),
+    "pow 0.5": lambda x: x.pow(0.5),
+    "pow -1.5": lambda x: x.pow(-1.5),
+    "pow 0 (fill_)": lambda x: x.pow(0),
+    "pow 1 (copy_)": lambda x: x.pow(1),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int32])
+@pytest.mark.parametrize("op", sorted(UNARY_TENSOR_ITERATOR_OPS))
+def test_unary_tensor_iterator_ops_match_cpu(op, dtype):
+    fn = UNARY_TENSOR_ITERATOR_OPS[op]
+    a = (torch.randn(4, 6).abs() * 10 + 1).to(dtype).t()  # a transposed layout
+    if dtype == torch.int32 and op == "silu":
+        with pytest.raises(NotImplementedError, match="silu_cpu"):
+            fn(a.to("neuron"))
+        return
+    expected, got = fn(a), fn(a.to("neuron"))
+    assert got.device.type == "neuron" and got.dtype == expected.dtype
+    assert got.stride() == expected.stride()
+    assert torch.equal(got.cpu(), expected)
+
+
 def test_tensor_iterator_ops_keep_layouts_charge_results_and_refuse_what_cpu_refuses():
     base = torch.randn(720)
     views, dev_views = _layouts(base), _layouts(base.to("neuron"))
