@@ -321,6 +321,119 @@ def test_fast_path_keeps_device_rules():
         assert torch.neuron.memory_allocated(1) == before + c.untyped_storage().nbytes()
 
 
+# The hottest TensorIterator ops against CPU across dtypes and operand kinds: another dtype, a
+# Python number, 0-dim CPU tensors, broadcasting, in place (the cases a kernel run on the device
+# memory itself would have to tell apart; docs/benchmarks.md, ninth round).
+TENSOR_ITERATOR_OPS = {
+    "add": lambda a, b: torch.add(a, b, alpha=2) if a.dtype != torch.bool else a + b,
+    "add_": lambda a, b: a.add_(b),
+    "mul": torch.mul,
+    "mul_": lambda a, b: a.mul_(b),
+}
+
+
+def _like(t, dtype):
+    if dtype == torch.bool:
+        return t > 0
+    return t.to(dtype) if dtype.is_floating_point else (t * 10).to(dtype)
+
+
+def _float_or(a, if_float, otherwise):
+    return if_float if a.is_floating_point() else otherwise
+
+
+OTHER = {
+    "same shape": lambda a: _like(torch.randn(4, 6), a.dtype),
+    "broadcast row": lambda a: _like(torch.randn(6), a.dtype),
+    "0-dim cpu": lambda a: _like(torch.tensor(1.75), a.dtype),
+    "0-dim cpu int64": lambda a: torch.tensor(3, dtype=torch.int64),
+    # (64-bit results are narrowed on the device, so integers get a 16-bit one)
+    "0-dim cpu float64": lambda a: _float_or(a, torch.tensor(0.1, dtype=torch.float64),
+                                             torch.tensor(2, dtype=torch.int16)),
+    "python scalar": lambda a: _float_or(a, 0.1, 3),
+    "another dtype": lambda a: torch.randn(4, 6).to(torch.float16 if a.dtype == torch.float32 else torch.float32),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.bool])
+@pytest.mark.parametrize("other", sorted(OTHER))
+@pytest.mark.parametrize("op", sorted(TENSOR_ITERATOR_OPS))
+def test_tensor_iterator_ops_match_cpu(op, other, dtype):
+    fn = TENSOR_ITERATOR_OPS[op]
+    a = _like(torch.randn(4, 6), dtype)
+    b = OTHER[other](a)
+    moved = lambda v: v.to("neuron") if isinstance(v, torch.Tensor) and v.dim() > 0 else v  # noqa: E731
+    try:
+        expected = fn(a.clone(), b)
+    except RuntimeError as e:  # in-place into a narrower dtype: the same refusal on the device
+        with pytest.raises(RuntimeError, match=str(e).split(" to ")[0]):
+            fn(a.to("neuron"), moved(b))
+        return
+    x = a.to("neuron")
+    got = fn(x, moved(b))
+    assert got.device.type == "neuron" and got.dtype == expected.dtype
+    assert got.shape == expected.shape and got.stride() == expected.stride()
+    assert torch.equal(got.cpu(), expected)
+    if op.endswith("_"):
+        assert got is x
+
+
+# Unary ones: integer inputs are promoted to float by their iterator; pow's exponents 0 and 1 are
+# special-cased by its kernel (fill_, copy_).
+UNARY_TENSOR_ITERATOR_OPS = {
+    "neg": torch.neg,
+    "rsqrt": torch.rsqrt,
+    "silu": F.silu,
+    "pow 2": lambda x: x.pow(2),
+    "pow 0.5": lambda x: x.pow(0.5),
+    "pow -1.5": lambda x: x.pow(-1.5),
+    "pow 0 (fill_)": lambda x: x.pow(0),
+    "pow 1 (copy_)": lambda x: x.pow(1),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int32])
+@pytest.mark.parametrize("op", sorted(UNARY_TENSOR_ITERATOR_OPS))
+def test_unary_tensor_iterator_ops_match_cpu(op, dtype):
+    fn = UNARY_TENSOR_ITERATOR_OPS[op]
+    a = (torch.randn(4, 6).abs() * 10 + 1).to(dtype).t()  # a transposed layout
+    if dtype == torch.int32 and op == "silu":
+        with pytest.raises(NotImplementedError, match="silu_cpu"):
+            fn(a.to("neuron"))
+        return
+    expected, got = fn(a), fn(a.to("neuron"))
+    assert got.device.type == "neuron" and got.dtype == expected.dtype
+    assert got.stride() == expected.stride()
+    assert torch.equal(got.cpu(), expected)
+
+
+def test_tensor_iterator_ops_keep_layouts_charge_results_and_refuse_what_cpu_refuses():
+    base = torch.randn(720)
+    views, dev_views = _layouts(base), _layouts(base.to("neuron"))
+    for name, view in dev_views.items():
+        for fn in (lambda v: v + v, lambda v: v * v, lambda v: v.clone().mul_(v), lambda v: v.clone().fill_(0.5)):
+            expected, got = fn(views[name]), fn(view)
+            assert got.stride() == expected.stride(), name
+            assert torch.equal(got.cpu(), expected), name
+    x = torch.ones(256, 4, device="neuron")
+    before = torch.neuron.memory_allocated(0)
+    y = x * x
+    assert torch.neuron.memory_allocated(0) == before + y.untyped_storage().nbytes()
+    with pytest.raises(RuntimeError, match=r"output with shape \[256, 4\] doesn't match the broadcast shape"):
+        x.add_(torch.ones(2, 256, 4, device="neuron"))
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at "
+                                           r"least two devices, neuron:0 and cpu! \(while running aten::mul.Tensor"):
+        x * torch.ones(4)
+
+
+@pytest.mark.xfail(strict=True, reason="the fast path's recycled aliases have storages of their own, so "
+                   "CPU's memory-overlap check does not see two views of one neuron storage overlap")
+def test_partially_overlapping_in_place_operands_are_refused_as_on_cpu():
+    x = torch.ones(256, 4, device="neuron")
+    with pytest.raises(RuntimeError, match="unsupported operation: some elements of the input tensor"):
+        x[:2].add_(x[1:3])
+
+
 def test_fast_path_results_are_narrowed_like_every_other_kernel():
     mode = torch_neuronx.get_64bit_mode()
     try:
