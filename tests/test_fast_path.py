@@ -426,12 +426,23 @@ def test_tensor_iterator_ops_keep_layouts_charge_results_and_refuse_what_cpu_ref
         x * torch.ones(4)
 
 
-@pytest.mark.xfail(strict=True, reason="the fast path's recycled aliases have storages of their own, so "
-                   "CPU's memory-overlap check does not see two views of one neuron storage overlap")
-def test_partially_overlapping_in_place_operands_are_refused_as_on_cpu():
-    x = torch.ones(256, 4, device="neuron")
-    with pytest.raises(RuntimeError, match="unsupported operation: some elements of the input tensor"):
-        x[:2].add_(x[1:3])
+@pytest.mark.parametrize("op", ["add_", "atan2_"])  # the fast path; the boxed fallback
+def test_operands_viewing_one_memory_are_seen_to_overlap_as_on_cpu(op):
+    """Two arguments viewing one neuron storage get one CPU storage (Call.cpp): a partial overlap
+    is refused with CPU's error, whole tensors given twice compute CPU's values."""
+    for device in ("cpu", "neuron"):
+        x = torch.ones(256, 4, device=device)
+        with pytest.raises(RuntimeError, match="unsupported operation: some elements of the input tensor"):
+            getattr(x[:2], op)(x[1:3])
+        assert torch.equal(x.cpu(), torch.ones(256, 4))  # refused before writing
+    base = torch.randn(8, 4)
+    x = base.to("neuron")
+    getattr(x, op)(x)
+    getattr(x[::2], op)(x[1::2])  # one storage, no overlap
+    expected = base.clone()
+    getattr(expected, op)(expected)
+    getattr(expected[::2], op)(expected[1::2])
+    assert torch.equal(x.cpu(), expected)
 
 
 def test_fast_path_results_are_narrowed_like_every_other_kernel():

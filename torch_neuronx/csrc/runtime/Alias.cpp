@@ -71,16 +71,10 @@ c10::DispatchKeySet neuron_keys_of_cpu(c10::DispatchKeySet keys) {
       c10::DispatchKeySet(BackendComponent::PrivateUse1Bit);
 }
 
-// A CPU tensor with `t`'s layout over `data` (which points at `t`'s bytes).
-at::Tensor cpu_view(const at::Tensor& t, c10::DataPtr data) {
-  // Resizable with the CPU allocator: a kernel that grows an out= argument
-  // gets fresh CPU memory, which the fallback notices and copies back.
-  auto impl = c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), t.storage().nbytes(), std::move(data),
-      c10::GetCPUAllocator(), /*resizable=*/true);
+// A CPU tensor with `t`'s layout on `storage` (a CPU storage of `t`'s bytes).
+at::Tensor view_on(c10::Storage storage, const at::Tensor& t) {
   auto alias = at::detail::make_tensor<AliasImpl>(
-      c10::Storage(std::move(impl)), c10::DispatchKeySet(c10::DispatchKey::CPU),
-      t.dtype());
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
   static_cast<AliasImpl*>(alias.unsafeGetTensorImpl())->copy_layout(*t.unsafeGetTensorImpl());
   if (t.is_conj()) {
     alias._set_conj(true);
@@ -89,6 +83,16 @@ at::Tensor cpu_view(const at::Tensor& t, c10::DataPtr data) {
     alias._set_neg(true);
   }
   return alias;
+}
+
+// A CPU tensor with `t`'s layout over `data` (which points at `t`'s bytes).
+at::Tensor cpu_view(const at::Tensor& t, c10::DataPtr data) {
+  // Resizable with the CPU allocator: a kernel that grows an out= argument
+  // gets fresh CPU memory, which the fallback notices and copies back.
+  return view_on(c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+                     c10::StorageImpl::use_byte_size_t(), t.storage().nbytes(),
+                     std::move(data), c10::GetCPUAllocator(), /*resizable=*/true)),
+                 t);
 }
 
 // Pointed at `t`'s bytes without a reference; fresh objects for every alias
@@ -221,6 +225,10 @@ at::Tensor cpu_alias(const at::Tensor& t) {
 at::Tensor unowned_cpu_alias(const at::Tensor& t) {
   TORCH_INTERNAL_ASSERT(is_neuron(t), "unowned_cpu_alias: not a neuron tensor");
   return cpu_view(t, c10::DataPtr(t.storage().mutable_data(), c10::Device(c10::DeviceType::CPU)));
+}
+
+at::Tensor cpu_alias_on(const c10::Storage& alias_storage, const at::Tensor& t) {
+  return view_on(alias_storage, t);
 }
 
 const at::Tensor* lend_call_cpu_alias(const at::Tensor& t, uint32_t& lent) {

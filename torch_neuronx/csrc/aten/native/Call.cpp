@@ -28,11 +28,29 @@ void CallState::note_other(const at::Tensor& t) {
   cpu_tensor_mixed_ |= t.defined() && t.device().is_cpu() && t.dim() > 0;
 }
 
+const c10::Storage* CallState::earlier_alias_storage(const c10::TensorImpl& t) const {
+  const auto* neuron = t.unsafe_storage().unsafeGetStorageImpl();
+  for (const auto& [alias_impl, original] : by_tensor_) {
+    if (original->unsafe_storage().unsafeGetStorageImpl() == neuron) {
+      return &alias_impl->unsafe_storage();
+    }
+  }
+  return nullptr;
+}
+
 c10::MaybeOwned<at::Tensor> CallState::alias(const at::Tensor& t, Access access) {
   note_device(t.device());
-  const at::Tensor* lent = aten_kernel_ ? lend_call_cpu_alias(t, lent_) : nullptr;
+  // Another argument of this call views the same neuron memory (x[:2].add_(x[1:3]),
+  // x.add_(x)): this alias shares its CPU storage, so the kernel's overlap
+  // checks see what they would see on CPU. Rare; the first argument skips the search.
+  const c10::Storage* shared =
+      by_tensor_.empty() ? nullptr : earlier_alias_storage(*t.unsafeGetTensorImpl());
+  const at::Tensor* lent =
+      aten_kernel_ && shared == nullptr ? lend_call_cpu_alias(t, lent_) : nullptr;
   c10::MaybeOwned<at::Tensor> a;
-  if (lent != nullptr) {
+  if (shared != nullptr) {
+    a = c10::MaybeOwned<at::Tensor>::owned(cpu_alias_on(*shared, t));
+  } else if (lent != nullptr) {
     a = c10::MaybeOwned<at::Tensor>::borrowed(*lent);
   } else {
     a = c10::MaybeOwned<at::Tensor>::owned(aten_kernel_ ? unowned_cpu_alias(t) : cpu_alias(t));

@@ -100,6 +100,9 @@ class CallState {
     // Strict 64-bit mode only: the values before the kernel wrote them.
     at::Tensor before;
   };
+  // The CPU storage of an earlier argument's alias that views `t`'s neuron
+  // storage, or nullptr.
+  const c10::Storage* earlier_alias_storage(const c10::TensorImpl& t) const;
   void sync_recorded_args();
   void restore_written_args();
   [[noreturn]] C10_NOINLINE void raise_mixed_devices(const c10::OperatorName& op) const;
