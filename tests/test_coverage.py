@@ -1,6 +1,7 @@
 """`torchneuron coverage` on a few architectures: tiny builds, device vs CPU, crash isolation, figures."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from torch_neuronx.coverage.sweep import ProbeWorker, summarise
 from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm, tiny_config
 
 TINY_LAYERS = TinySize().layers
+ONE_LAYER = TinySize(layers=1)
 
 
 def test_tiny_config_shrinks_generically():
@@ -95,7 +97,8 @@ def test_sweep_of_two_architectures(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_hung_worker_is_replaced_and_the_sweep_goes_on(tmp_path):
-    worker = ProbeWorker("neuron", tmp_path / "worker.log")
+    # Without the lowering check (7 of a llama probe's 12 CPU-s): test_sweep_of_two_architectures asserts it.
+    worker = ProbeWorker("neuron", tmp_path / "worker.log", lower=False)
     try:
         hung = worker.probe("llama", timeout=0.001)
         assert hung["crashed"] and "timed out" in hung["error"]
@@ -151,10 +154,17 @@ def _erfinv_in_final_norm(builder):
     return build
 
 
+def _one_layer(monkeypatch, compiled) -> None:
+    """The compiled probe builds one decoder layer, not two: a failure is per graph, and the
+    classification tests below need one graph to fail, not the layers repeated."""
+    monkeypatch.setattr(compiled, "tiny_causal_lm", functools.partial(compiled.tiny_causal_lm, size=ONE_LAYER))
+
+
 @pytest.mark.slow  # a tiny Llama compiled for each check (seconds each)
 def test_a_compiled_failure_torch_mlir_names_is_shared_with_the_real_product(monkeypatch):
     from torch_neuronx.coverage import compiled
 
+    _one_layer(monkeypatch, compiled)
     monkeypatch.setattr(compiled, "tiny_causal_lm", _erfinv_in_final_norm(compiled.tiny_causal_lm))
     result = compiled.probe_attention("llama", "sdpa", "neuron")
     assert result["supported"] and all(c["ok"] for c in result["cpu"].values())  # the CPU runs erfinv
@@ -172,6 +182,7 @@ def test_an_emulator_only_compiled_failure_is_ours(monkeypatch):
         raise RuntimeError("injected emulator fault")
 
     monkeypatch.setattr(passes, "rewrite_devices_to_cpu", broken)
+    _one_layer(monkeypatch, compiled)
     result = compiled.probe_attention("llama", "sdpa", "neuron")
     for name, check in result["checks"].items():
         assert check["ok"] is False and check["cause"] == "ours" and check["op"] is None, (name, check)
