@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import warnings
 from collections import Counter
 
 import torch
@@ -129,6 +130,22 @@ def _activation_tracker():
     return ActivationPeakTracker()
 
 
+@contextlib.contextmanager
+def _reentered_modules_tolerated():
+    """The tracker warns (on stderr, in its own format) when a module runs inside its own forward,
+    as Transformers' rotary embedding does through the ``kernels`` layer wrapping it, whose
+    fallback calls the module again. The nested call is counted like any other and the trace only
+    reads memory totals, so the warning says nothing about the plan: it is silenced, and the
+    warning format the tracker replaces process-wide is put back."""
+    saved_format = warnings.formatwarning
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The module hierarchy tracking maybe be messed up")
+        try:
+            yield
+        finally:
+            warnings.formatwarning = saved_format
+
+
 def _training_inputs(model, ids: torch.Tensor, checkpointing: bool) -> dict:
     """Inputs with labels for the model's own loss (a masked LM also gets its next-sentence label).
 
@@ -149,7 +166,7 @@ def _run(config, work: Workload, layers: int, projector: Projector) -> tuple[flo
 
     cfg = rank_config(config, work.tp, layers)
     autocast = torch.autocast(DEVICE, dtype=torch.bfloat16) if work.autocast else contextlib.nullcontext()
-    with FakeTensorMode(), torch.device(DEVICE):
+    with _reentered_modules_tolerated(), FakeTensorMode(), torch.device(DEVICE):
         model = build_model(config, cfg, dtype=work.dtype, attn_implementation="sdpa")
         ids = torch.zeros(work.batch, work.seq_len, dtype=torch.long)
         tracker = _activation_tracker()
