@@ -12,9 +12,9 @@ memory and its outputs are adopted back as ``neuron`` tensors.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
-import contextlib
 import functools
 import threading
 import time

@@ -12,8 +12,8 @@ reinplaceable ops the update is written into the cache itself, under Inductor's 
 the graph projected, lowered and keyed keeps the product's scatter.
 
 Installed only around our own ``compile_fx_inner`` calls, one at a time (compile/backend.py;
-``backend="inductor"`` in the same process is untouched while none runs), with its identity in Inductor's cache key so that a graph cached
-without it is compiled again.
+``backend="inductor"`` in the same process is untouched while none runs), with its identity in
+Inductor's cache key so that a graph cached without it is compiled again.
 """
 from __future__ import annotations
 

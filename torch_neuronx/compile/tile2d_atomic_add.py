@@ -21,8 +21,9 @@ Our backend compiles with a CPU scheduling whose tile kernel passes the atomic
 add its index untransformed (``ops.index_expr`` transforms it once); everything
 else, vectorization included, is Inductor's own. It is installed only around our
 own ``compile_fx_inner`` calls, one at a time (compile/backend.py), so
-``backend="inductor"`` in the same process is untouched while none runs, and it adds a pass identity to Inductor's cache key so a graph cached
-with the wrong code is never reused.
+``backend="inductor"`` in the same process is untouched while none runs, and it
+adds a pass identity to Inductor's cache key so a graph cached with the wrong
+code is never reused.
 """
 from __future__ import annotations
 
