@@ -71,28 +71,14 @@ c10::DispatchKeySet neuron_keys_of_cpu(c10::DispatchKeySet keys) {
       c10::DispatchKeySet(BackendComponent::PrivateUse1Bit);
 }
 
-// A CPU tensor with `t`'s layout on `storage` (a CPU storage of `t`'s bytes).
-at::Tensor view_on(c10::Storage storage, const at::Tensor& t) {
-  auto alias = at::detail::make_tensor<AliasImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
-  static_cast<AliasImpl*>(alias.unsafeGetTensorImpl())->copy_layout(*t.unsafeGetTensorImpl());
-  if (t.is_conj()) {
-    alias._set_conj(true);
-  }
-  if (t.is_neg()) {
-    alias._set_neg(true);
-  }
-  return alias;
-}
-
 // A CPU tensor with `t`'s layout over `data` (which points at `t`'s bytes).
 at::Tensor cpu_view(const at::Tensor& t, c10::DataPtr data) {
   // Resizable with the CPU allocator: a kernel that grows an out= argument
   // gets fresh CPU memory, which the fallback notices and copies back.
-  return view_on(c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-                     c10::StorageImpl::use_byte_size_t(), t.storage().nbytes(),
-                     std::move(data), c10::GetCPUAllocator(), /*resizable=*/true)),
-                 t);
+  return cpu_alias_on(c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+                          c10::StorageImpl::use_byte_size_t(), t.storage().nbytes(),
+                          std::move(data), c10::GetCPUAllocator(), /*resizable=*/true)),
+                      t);
 }
 
 // Pointed at `t`'s bytes without a reference; fresh objects for every alias
@@ -227,8 +213,17 @@ at::Tensor unowned_cpu_alias(const at::Tensor& t) {
   return cpu_view(t, c10::DataPtr(t.storage().mutable_data(), c10::Device(c10::DeviceType::CPU)));
 }
 
-at::Tensor cpu_alias_on(const c10::Storage& alias_storage, const at::Tensor& t) {
-  return view_on(alias_storage, t);
+at::Tensor cpu_alias_on(c10::Storage alias_storage, const at::Tensor& t) {
+  auto alias = at::detail::make_tensor<AliasImpl>(
+      std::move(alias_storage), c10::DispatchKeySet(c10::DispatchKey::CPU), t.dtype());
+  static_cast<AliasImpl*>(alias.unsafeGetTensorImpl())->copy_layout(*t.unsafeGetTensorImpl());
+  if (t.is_conj()) {
+    alias._set_conj(true);
+  }
+  if (t.is_neg()) {
+    alias._set_neg(true);
+  }
+  return alias;
 }
 
 const at::Tensor* lend_call_cpu_alias(const at::Tensor& t, uint32_t& lent) {

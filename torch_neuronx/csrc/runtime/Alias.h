@@ -12,11 +12,12 @@ at::Tensor cpu_alias(const at::Tensor& t);
 // The same view without the reference: valid only while the caller keeps
 // `t`'s storage alive and its memory in place (compiled graphs, GraphInputs.h).
 at::Tensor unowned_cpu_alias(const at::Tensor& t);
-// A CPU tensor with `t`'s layout on `alias_storage`, the storage of another
-// alias of `t`'s neuron storage: two arguments of one call that view one
-// neuron memory get one CPU storage, so a kernel sees them overlap as CPU
-// would (its memory-overlap checks, is_alias_of). Valid as that alias is.
-at::Tensor cpu_alias_on(const c10::Storage& alias_storage, const at::Tensor& t);
+// A CPU tensor with `t`'s layout on `alias_storage`, a CPU storage of `t`'s
+// bytes: a new one (the aliases above and below), or another alias's, so
+// that two arguments of one call viewing one neuron memory get one CPU
+// storage and a kernel sees them overlap as CPU would (its memory-overlap
+// checks, is_alias_of). Valid as that storage is.
+at::Tensor cpu_alias_on(c10::Storage alias_storage, const at::Tensor& t);
 // The view for one unboxed op call (the fast path, aten/native/FastPath.h):
 // like unowned_cpu_alias, but the CPU tensor and storage objects are recycled
 // from a per-thread pool instead of allocated, and lent without a reference
