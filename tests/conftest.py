@@ -22,7 +22,18 @@ import torch  # noqa: E402
 
 import children  # noqa: E402
 import torch_neuronx  # noqa: E402,F401  (registers the device even with autoload off)
+from torch_neuronx.accounting import use_neff_cache  # noqa: E402
 from torch_neuronx.runtime.profiles import TOPOLOGY_ENV  # noqa: E402
+
+
+@pytest.fixture
+def private_neff_cache(tmp_path):
+    """An empty NEFF cache of the test's own, with nothing compiled yet, as in a new process; the
+    session's cache is put back after. The background lane's children write the session's cache
+    while tests run, so a test that counts entries on disk must use its own."""
+    use_neff_cache(tmp_path / "neff")
+    yield tmp_path / "neff"
+    use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
 
 
 @pytest.fixture(autouse=True)

@@ -11,25 +11,20 @@ from in-memory cache hits (TR csrc/core/compilation/CompilationCache.cpp:566).
 """
 from __future__ import annotations
 
-import os
 import threading
 
 import pytest
 import torch
 
 import torch_neuronx
-from torch_neuronx.accounting import use_neff_cache
 
 F32_64x64 = 64 * 64 * 4  # bytes of one 64x64 float32 tensor
 
 
 @pytest.fixture
-def fresh_cache(tmp_path):
+def fresh_cache(private_neff_cache):
     """An empty NEFF cache and zeroed counters, as in a new process."""
-    use_neff_cache(tmp_path / "neff")
     torch_neuronx.reset_metrics()
-    yield
-    use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
 
 
 def test_small_op_loop_counts_match_the_hand_derived_ones(fresh_cache):

@@ -16,18 +16,11 @@ from torch_neuronx.accounting import use_neff_cache
 from torch_neuronx.accounting.neff_cache import NeffCache
 
 
-@pytest.fixture
-def cache_dir(tmp_path):
-    use_neff_cache(tmp_path / "neff")
-    yield tmp_path / "neff"
-    use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
-
-
 def _entries(directory):
     return sorted(p for p in directory.glob("*/*.json") if not p.name.startswith(".tmp-"))
 
 
-def test_counts_equal_distinct_signatures_executed(cache_dir):
+def test_counts_equal_distinct_signatures_executed(private_neff_cache):
     a = torch.randn(3, 5, device="neuron")
     b = torch.randn(5, 7, device="neuron")
     c = torch.randn(4, 5, device="neuron")
@@ -48,9 +41,9 @@ def test_counts_equal_distinct_signatures_executed(cache_dir):
     assert k["calls"] == k["hits"] + k["misses"] and k["host_fallback_calls"] == 0
     assert k["unique_signatures"] == sum(op["signatures"] for op in k["per_op"].values())
     assert k["misses"] == k["unique_signatures"]  # fresh cache: every first use compiles
-    assert len(_entries(cache_dir)) == k["misses"] == m["neff_cache"]["entries"]
+    assert len(_entries(private_neff_cache)) == k["misses"] == m["neff_cache"]["entries"]
     assert m["estimated_compile_seconds"] == pytest.approx(k["misses"] * m["compile_seconds_per_kernel_estimate"])
-    mm_entries = [json.loads(p.read_text()) for p in _entries(cache_dir)]
+    mm_entries = [json.loads(p.read_text()) for p in _entries(private_neff_cache)]
     assert sorted(e["signature"] for e in mm_entries if e["op"] == "aten::mm") == [
         "aten::mm(Float[3, 5], Float[5, 7])",
         "aten::mm(Float[4, 5], Float[5, 7])"]
@@ -58,7 +51,7 @@ def test_counts_equal_distinct_signatures_executed(cache_dir):
     torch.testing.assert_close((a @ b).cpu(), a.cpu() @ b.cpu())
 
 
-def test_reset_keeps_compiled_kernels_warm(cache_dir):
+def test_reset_keeps_compiled_kernels_warm(private_neff_cache):
     w = torch.randn(9, 3, device="neuron")
     w.relu()
     torch_neuronx.reset_metrics()
@@ -67,7 +60,7 @@ def test_reset_keeps_compiled_kernels_warm(cache_dir):
     assert (k["calls"], k["hits"], k["misses"]) == (1, 1, 0)
 
 
-def test_accounting_switch_stops_counting(cache_dir):
+def test_accounting_switch_stops_counting(private_neff_cache):
     y = torch.randn(11, device="neuron")
     torch_neuronx.set_kernel_accounting(False)
     torch_neuronx.reset_metrics()
@@ -114,23 +107,23 @@ def test_second_process_reuses_the_cache(tmp_path):
     assert flagged["misses"] == first["misses"]
 
 
-def test_corrupt_entries_are_rewritten(cache_dir):
+def test_corrupt_entries_are_rewritten(private_neff_cache):
     x = torch.randn(5, 19).to("neuron")  # a copy, not a kernel: only the four below count
     (x * 2).tanh().mean().neg()
     misses = torch_neuronx.metrics()["kernels"]["misses"]
-    entries = _entries(cache_dir)
+    entries = _entries(private_neff_cache)
     assert len(entries) == misses == 4
     entries[0].write_text("")                                   # empty
     entries[1].write_text(entries[1].read_text()[:10])          # truncated
     entries[2].write_bytes(b"\xff\xfe not json")                 # garbage
     entries[3].write_text(json.dumps({"format": 1, "key": "0" * 16}))  # someone else's
-    use_neff_cache(cache_dir)                                    # a "new process"
+    use_neff_cache(private_neff_cache)                                    # a "new process"
     (x * 2).tanh().mean().neg()
     k = torch_neuronx.metrics()["kernels"]
     assert k["corrupt_entries_rewritten"] == 4
     assert (k["misses"], k["disk_hits"]) == (4, 0)
-    assert all(json.loads(p.read_text())["key"] == p.stem for p in _entries(cache_dir))
-    use_neff_cache(cache_dir)
+    assert all(json.loads(p.read_text())["key"] == p.stem for p in _entries(private_neff_cache))
+    use_neff_cache(private_neff_cache)
     (x * 2).tanh().mean().neg()
     k = torch_neuronx.metrics()["kernels"]
     assert (k["misses"], k["disk_hits"], k["corrupt_entries_rewritten"]) == (0, 4, 0)
@@ -213,13 +206,13 @@ def _misses_for(lengths, pad_to=None):
     return torch_neuronx.metrics()["kernels"]["misses"]
 
 
-def test_variable_length_compiles_per_length_padding_does_not(cache_dir):
+def test_variable_length_compiles_per_length_padding_does_not(private_neff_cache):
     lengths = [5, 17, 33, 60, 77, 99, 128, 130, 151, 190, 201, 249]  # 12 lengths, 2 padded
-    use_neff_cache(cache_dir / "variable")
+    use_neff_cache(private_neff_cache / "variable")
     variable = _misses_for(lengths)
-    use_neff_cache(cache_dir / "padded")
+    use_neff_cache(private_neff_cache / "padded")
     padded = _misses_for(lengths, pad_to=128)
-    use_neff_cache(cache_dir / "reference")
+    use_neff_cache(private_neff_cache / "reference")
     reference = _misses_for([128, 256])
     # Padding leaves exactly one set of kernels per padded length...
     assert padded == reference

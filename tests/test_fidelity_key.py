@@ -27,11 +27,9 @@ from torch_neuronx.accounting.kernel_key import (
 
 
 @pytest.fixture(autouse=True)
-def fresh_process(tmp_path):
+def fresh_process(private_neff_cache):
     """An empty cache and nothing compiled yet, as in a new process."""
-    use_neff_cache(tmp_path / "neff")
-    yield tmp_path / "neff"
-    use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
+    return private_neff_cache
 
 
 def compilations() -> int:

@@ -175,7 +175,7 @@ def test_log_level_rejects_nonsense(monkeypatch):
         run_log.configure()
 
 
-def test_info_shows_cache_and_emulation(capsys, monkeypatch):
+def test_info_shows_cache_and_emulation(capsys, monkeypatch, private_neff_cache):
     monkeypatch.setenv("COLUMNS", "250")  # no wrapping of the long cache path
     torch.randn(31, device="neuron").sqrt()  # at least one entry in the cache
     info = info_cli.collect()

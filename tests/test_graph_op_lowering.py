@@ -21,7 +21,6 @@ per-tensor loops.
 from __future__ import annotations
 
 import copy
-import os
 import textwrap
 from pathlib import Path
 
@@ -33,22 +32,19 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import children
 import torch_neuronx
 from torch_neuronx.compile import stablehlo
-from torch_neuronx.accounting import use_neff_cache
 
 pytest.importorskip("torch_mlir")
 from torch._inductor import inductor_prims  # noqa: E402  (defines prims.fma)
 
 
 @pytest.fixture(autouse=True)
-def _fresh(tmp_path, monkeypatch):
+def _fresh(private_neff_cache, monkeypatch):
     torch._dynamo.reset()
     torch_neuronx.reset_dynamo_metrics()
-    use_neff_cache(tmp_path / "neff")
     monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
     monkeypatch.delenv("TORCHNEURON_LOWER_GRAPHS", raising=False)  # on by default
     yield
     torch._dynamo.reset()
-    use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
 
 
 def _targets(gm: torch.fx.GraphModule) -> set:

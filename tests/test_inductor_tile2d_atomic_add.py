@@ -14,7 +14,6 @@ atomic-add scatter), tiled when its output's gradient sums transposed and untran
 """
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -23,17 +22,14 @@ from torch._inductor.codegen import common
 
 import torch_neuronx
 from torch_neuronx.compile import tile2d_atomic_add
-from torch_neuronx.accounting import use_neff_cache
 
 
 @pytest.fixture(autouse=True)
-def _fresh(tmp_path):
+def _fresh(private_neff_cache):
     torch._dynamo.reset()
     torch_neuronx.reset_dynamo_metrics()
-    use_neff_cache(tmp_path / "neff")
     yield
     torch._dynamo.reset()
-    use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
 
 
 def _heads_through_a_matmul(heads: list[int]):

@@ -4,6 +4,7 @@ compile seconds, step seconds and dollars, because each displays the projector's
 results instead of recomputing them."""
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 import pytest
@@ -48,7 +49,7 @@ def job(tmp_path):
         yield {"cfg": cfg, "metrics": torch_neuronx.metrics(), "section": projected.section(1, PRICE),
                "bench": bench.projected(bench_mark), "pilot_window": projected.since(pilot_mark)}
     finally:
-        use_neff_cache(None)
+        use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])  # the session's, as before
         torch_neuronx.reset_metrics()
 
 

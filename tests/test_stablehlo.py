@@ -9,7 +9,6 @@ lower fails with the real message or falls back when allowed. Eager kernels:
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 
 import pytest
@@ -22,7 +21,6 @@ import torch_neuronx
 from torch_neuronx.compile import stablehlo
 from torch_neuronx.compile.kernel_lowering import KernelLoweringCollector, lower_kernel
 from torch_neuronx.projection import graph_compile_seconds
-from torch_neuronx.accounting import use_neff_cache
 
 pytest.importorskip("torch_mlir")
 
@@ -32,11 +30,10 @@ NOT_LOWERING_OP = torch.erfinv
 
 
 @pytest.fixture(autouse=True)
-def _fresh(tmp_path, monkeypatch):
+def _fresh(private_neff_cache, monkeypatch):
     config = torch._dynamo.config
     torch._dynamo.reset()
     torch_neuronx.reset_dynamo_metrics()
-    use_neff_cache(tmp_path / "neff")
     monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
     monkeypatch.delenv("TORCHNEURON_LOWER_GRAPHS", raising=False)  # on by default
     with config.patch(
@@ -45,7 +42,6 @@ def _fresh(tmp_path, monkeypatch):
     ):
         yield
     torch._dynamo.reset()
-    use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
 
 
 def _mlp() -> nn.Module:

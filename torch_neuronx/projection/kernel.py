@@ -141,9 +141,13 @@ def in_graph(fn, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> str
     return "convert" if any(t.dtype != outputs[0].dtype for t in inputs) else "identity"
 
 
-def _to_meta(x):
-    if isinstance(x, torch.Tensor) and x.device.type != "meta":
-        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+def _key_meta(x):
+    """A dense meta tensor of ``x``'s shape and dtype: all a kernel key holds of a tensor. A call's
+    cost must not depend on strides the key does not see (a key keeps its first projection, and
+    one key meets dense and expanded inputs alike); on the device a strided input is made
+    contiguous by a kernel of its own before the op reads it (``device_dispatch.kernels_of``)."""
+    if isinstance(x, torch.Tensor):
+        return torch.empty(x.shape, dtype=x.dtype, device="meta")
     return x
 
 
@@ -248,9 +252,9 @@ def roofline(op: str, engine: str, flops: int, elements: int, nbytes: int, rate_
 
 def project_call(op: str, args: tuple, device: DeviceModel, cal: Calibration) -> KernelCost:
     """Project one call of ``op`` with the boxed argument list ``args`` (tensors
-    may live on any device: only their metadata is used, on meta copies)."""
+    may live on any device: only their shapes and dtypes are used, on dense meta copies)."""
     fn = resolve_op(op)
-    margs, mkwargs = _split_args(fn, tree_map(_to_meta, tuple(args)))
+    margs, mkwargs = _split_args(fn, tree_map(_key_meta, tuple(args)))
     inputs = tensors_in((margs, mkwargs))
     try:
         out = fn(*margs, **mkwargs)
