@@ -283,17 +283,25 @@ void notify_new_signature(
   }
 }
 
-// A signature this thread's repeat cache does not hold (`cached`: the slot it
-// takes, nullptr on a thread that is ending). Out of line and cold: a decode
-// step repeats its kernels, so the per-op path is account_signature's probe,
-// and this one's locking and string building stay off its cache lines.
-[[gnu::cold]] C10_NOINLINE void account_new_repeat(
+} // namespace
+
+namespace detail {
+std::atomic<bool> g_accounting_enabled{false};
+} // namespace detail
+
+void account_signature(
     const c10::FunctionSchema& schema,
     uint64_t args_hash,
-    c10::function_ref<std::vector<c10::IValue>()> box_args,
-    RepeatCache* repeats,
-    RepeatCache::Slot* cached,
-    uint64_t repeat_key) {
+    c10::function_ref<std::vector<c10::IValue>()> box_args) {
+  uint64_t repeat_key = args_hash;
+  mix_hash(repeat_key, reinterpret_cast<uintptr_t>(&schema));
+  repeat_key |= 1; // 0 marks an empty slot
+  RepeatCache* repeats = PerThread<RepeatCache>::get();
+  RepeatCache::Slot* cached = repeats != nullptr ? &repeats->slot(repeat_key) : nullptr;
+  if (cached != nullptr && cached->key == repeat_key) {
+    cached->count_one();
+    return;
+  }
   // The op's own hash is cached per schema so the hot path never formats a
   // string; the arguments were hashed by the caller, outside the lock.
   uint64_t h = g_salt.load(std::memory_order_relaxed);
@@ -334,28 +342,6 @@ void notify_new_signature(
     name = counts.name;
   }
   notify_new_signature(callback, name, h, box_args());
-}
-
-} // namespace
-
-namespace detail {
-std::atomic<bool> g_accounting_enabled{false};
-} // namespace detail
-
-void account_signature(
-    const c10::FunctionSchema& schema,
-    uint64_t args_hash,
-    c10::function_ref<std::vector<c10::IValue>()> box_args) {
-  uint64_t repeat_key = args_hash;
-  mix_hash(repeat_key, reinterpret_cast<uintptr_t>(&schema));
-  repeat_key |= 1; // 0 marks an empty slot
-  RepeatCache* repeats = PerThread<RepeatCache>::get();
-  RepeatCache::Slot* cached = repeats != nullptr ? &repeats->slot(repeat_key) : nullptr;
-  if (C10_LIKELY(cached != nullptr && cached->key == repeat_key)) {
-    cached->count_one();
-    return;
-  }
-  account_new_repeat(schema, args_hash, box_args, repeats, cached, repeat_key);
 }
 
 void account_contiguity_kernels(const KeyBuilder& key) {

@@ -22,25 +22,6 @@ bool needs_narrowing(const caffe2::TypeMeta dtype) {
   return (type == at::kLong || type == at::kDouble) && narrowing_mode() != 0;
 }
 
-// The rare results of to_neuron, out of line and cold so that the common one
-// (a fresh result adopted in place) keeps to_neuron's code short: each op maps
-// its result once, between kernels that evict it from the instruction cache.
-
-// Autograd's efficient zero tensors (e.g. the gradient of sign/round) have no
-// memory behind their shape: give the device real zeros.
-[[gnu::cold]] C10_NOINLINE at::Tensor neuron_zeros_like(const at::Tensor& out, c10::DeviceIndex index) {
-  c10::DeviceGuard guard(c10::Device(kNeuron, index));
-  return at::zeros(out.sizes(), out.options().device(kNeuron, index));
-}
-
-// Memory the kernel shares with something else: copy, never steal.
-[[gnu::cold]] C10_NOINLINE at::Tensor neuron_copy_of(const at::Tensor& out, c10::DeviceIndex index) {
-  c10::DeviceGuard guard(c10::Device(kNeuron, index));
-  at::Tensor result = at::empty_strided(out.sizes(), out.strides(), out.options().device(kNeuron, index));
-  cpu_alias(result).copy_(out);
-  return result;
-}
-
 } // namespace
 
 void CallState::note_other(const at::Tensor& t) {
@@ -104,8 +85,11 @@ at::Tensor CallState::to_neuron(at::Tensor&& out) {
     return out;
   }
   const auto index = device_ ? *device_ : current_device();
-  if (C10_UNLIKELY(out._is_zerotensor())) {
-    return neuron_zeros_like(out, index);
+  if (out._is_zerotensor()) {
+    // Autograd's efficient zero tensors (e.g. the gradient of sign/round)
+    // have no memory behind their shape: give the device real zeros.
+    c10::DeviceGuard guard(c10::Device(kNeuron, index));
+    return at::zeros(out.sizes(), out.options().device(kNeuron, index));
   }
   auto* impl = out.unsafeGetTensorImpl();
   for (auto& [alias_impl, original] : by_tensor_) {
@@ -140,8 +124,12 @@ at::Tensor CallState::to_neuron(at::Tensor&& out) {
     return view;
   }
   at::Tensor result;
-  if (C10_UNLIKELY(out_storage.use_count() > 1)) {
-    result = neuron_copy_of(out, index);
+  if (out_storage.use_count() > 1) {
+    // Memory the kernel shares with something else: copy, never steal.
+    c10::DeviceGuard guard(c10::Device(kNeuron, index));
+    result = at::empty_strided(out.sizes(), out.strides(),
+                               out.options().device(kNeuron, index));
+    cpu_alias(result).copy_(out);
   } else {
     result = aten_kernel_ ? adopt_cpu_result(std::move(out), index) : adopt_cpu_tensor(out, index);
     adopted_.emplace_back(storage, result.unsafeGetTensorImpl());
