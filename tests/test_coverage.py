@@ -254,7 +254,7 @@ def test_compiled_figures_separate_shared_failures_from_ours():
 def test_a_stopped_sweep_resumes_with_what_is_left(tmp_path, capsys):
     from torch_neuronx.coverage.sweep import ResultLog
 
-    options = {"device": "neuron", "lowering": True, "compiled": True, "layers": TINY_LAYERS}
+    options = {"device": "neuron", "lowering": True, "compiled": True}  # the default --layers: not named
     log = ResultLog(tmp_path / "results.jsonl", options, resume=False)
     wrong = {"ok": False, "error": "greedy tokens differ from CPU", "cause": "ours", "op": None}
     log.add(_compiled_result("llama", "pass", wrong))

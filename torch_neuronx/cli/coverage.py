@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from torch_neuronx.pilot.device import resolve_device
     from torch_neuronx.runtime.errors import UsageError
     from torch_neuronx.runtime.exit_codes import ExitCode
+    from torch_neuronx.testing.tiny_models import TinySize
 
     console = Console()
     installed = installed_architectures()
@@ -85,8 +86,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    log = ResultLog(out / "results.jsonl", {"device": args.device, "lowering": not args.no_lowering,
-                                           "compiled": args.compiled, "layers": args.layers}, resume=args.resume)
+    options = {"device": args.device, "lowering": not args.no_lowering, "compiled": args.compiled}
+    if args.layers != TinySize().layers:  # logs written before --layers existed (docs/compiled-sweep) stay resumable
+        options["layers"] = args.layers
+    log = ResultLog(out / "results.jsonl", options, resume=args.resume)
     todo = [m for m in chosen if m not in log.done]
     if log.done:
         console.print(f"resuming: {len(chosen) - len(todo)} of {len(chosen)} architectures already done "
