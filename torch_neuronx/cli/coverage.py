@@ -210,7 +210,7 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default="coverage-report", help="output directory (default coverage-report)")
     p.add_argument("--layers", type=int, default=TinySize().layers,
                    help=f"decoder layers of each tiny model (default {TinySize().layers}; a hybrid architecture "
-                   "keeps one layer of each kind, so it may get more); one is faster, more reach across layers")
+                   "keeps one layer of each kind, so it may get more); fewer builds and compiles faster")
     p.add_argument("--no-lowering", action="store_true",
                    help="skip the check that every device kernel lowers to StableHLO (needs torch-mlir; slower)")
     p.add_argument("--compiled", action="store_true",
