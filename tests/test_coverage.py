@@ -1,7 +1,6 @@
 """`torchneuron coverage` on a few architectures: tiny builds, device vs CPU, crash isolation, figures."""
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
@@ -16,6 +15,8 @@ from torch_neuronx.coverage.sweep import ProbeWorker, summarise
 from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm, tiny_config
 
 TINY_LAYERS = TinySize().layers
+# The compiled probes below build one decoder layer, not two: a compiled check passes or fails per
+# graph, and each further layer is more kernels to build cold (the sweep's own `--layers 1`).
 ONE_LAYER = TinySize(layers=1)
 
 
@@ -121,6 +122,7 @@ def test_unknown_architecture_is_a_clear_error(tmp_path, capsys):
     (["--limit", "-2"], "--limit must be at least 1"),
     (["--limit", "0"], "--limit must be at least 1"),
     (["--timeout", "nan"], "--timeout"),
+    (["--layers", "0"], "--layers must be at least 1"),
 ])
 def test_unusable_options_are_rejected_before_any_worker_starts(tmp_path, capsys, args, message):
     assert main(["coverage", "--only", "llama", "--out", str(tmp_path / "cov"), *args]) == 2
@@ -154,19 +156,12 @@ def _erfinv_in_final_norm(builder):
     return build
 
 
-def _one_layer(monkeypatch, compiled) -> None:
-    """The compiled probe builds one decoder layer, not two: a failure is per graph, and the
-    classification tests below need one graph to fail, not the layers repeated."""
-    monkeypatch.setattr(compiled, "tiny_causal_lm", functools.partial(compiled.tiny_causal_lm, size=ONE_LAYER))
-
-
 @pytest.mark.slow  # a tiny Llama compiled for each check (seconds each)
 def test_a_compiled_failure_torch_mlir_names_is_shared_with_the_real_product(monkeypatch):
     from torch_neuronx.coverage import compiled
 
-    _one_layer(monkeypatch, compiled)
     monkeypatch.setattr(compiled, "tiny_causal_lm", _erfinv_in_final_norm(compiled.tiny_causal_lm))
-    result = compiled.probe_attention("llama", "sdpa", "neuron")
+    result = compiled.probe_attention("llama", "sdpa", "neuron", ONE_LAYER)
     assert result["supported"] and all(c["ok"] for c in result["cpu"].values())  # the CPU runs erfinv
     for name, check in result["checks"].items():
         assert check["ok"] is False and check["cause"] == "shared", (name, check)
@@ -182,8 +177,7 @@ def test_an_emulator_only_compiled_failure_is_ours(monkeypatch):
         raise RuntimeError("injected emulator fault")
 
     monkeypatch.setattr(passes, "rewrite_devices_to_cpu", broken)
-    _one_layer(monkeypatch, compiled)
-    result = compiled.probe_attention("llama", "sdpa", "neuron")
+    result = compiled.probe_attention("llama", "sdpa", "neuron", ONE_LAYER)
     for name, check in result["checks"].items():
         assert check["ok"] is False and check["cause"] == "ours" and check["op"] is None, (name, check)
         assert "injected emulator fault" in check["error"]
@@ -260,12 +254,14 @@ def test_compiled_figures_separate_shared_failures_from_ours():
 def test_a_stopped_sweep_resumes_with_what_is_left(tmp_path, capsys):
     from torch_neuronx.coverage.sweep import ResultLog
 
-    options = {"device": "neuron", "lowering": True, "compiled": True}
+    options = {"device": "neuron", "lowering": True, "compiled": True}  # the default --layers: not named
     log = ResultLog(tmp_path / "results.jsonl", options, resume=False)
     wrong = {"ok": False, "error": "greedy tokens differ from CPU", "cause": "ours", "op": None}
     log.add(_compiled_result("llama", "pass", wrong))
     ResultLog(tmp_path / "results.jsonl", {**options, "compiled": False}, resume=True).add(
         _compiled_result("gpt2", "pass", wrong))  # other options: not reused by a --compiled run
+    ResultLog(tmp_path / "results.jsonl", {**options, "layers": 1}, resume=True).add(
+        _compiled_result("qwen2", "pass", wrong))  # nor by a run of models of another depth
     with (tmp_path / "results.jsonl").open("a") as f:
         f.write('{"options": {"device": "neuron", "lowe')  # the line a killed sweep was writing
     assert set(ResultLog(tmp_path / "results.jsonl", options, resume=True).done) == {"llama"}
@@ -281,14 +277,16 @@ def test_a_stopped_sweep_resumes_with_what_is_left(tmp_path, capsys):
 
 
 def _compiled_llama(out: Path, environ: dict[str, str]) -> tuple[int, str, Path]:
-    """``torchneuron coverage --only llama --compiled`` as a user runs it: its exit code, its
-    stderr and its output folder."""
+    """``torchneuron coverage --only llama --compiled --layers 1`` as a user runs it: its exit
+    code, its stderr and its output folder."""
     done = children.finished(children.start(["-m", "torch_neuronx.cli.main", "coverage", "--only", "llama",
-                                             "--compiled", "--out", str(out)], env=environ, cwd=out), timeout=900)
+                                             "--compiled", "--layers", "1", "--out", str(out)], env=environ,
+                                            cwd=out), timeout=900)
     return done.returncode, done.stderr, out
 
 
-# Six cold compiles in a worker process that needs nothing from the tests before it.
+# Six cold compiles (of one decoder layer: 75 CPU-s of the CLI's, 91 with the default two) in a
+# worker process that needs nothing from the tests before it.
 compiled_llama = children.lane_fixture("compiled_llama", _compiled_llama, folder_prefix="torchneuron-coverage-")
 
 
@@ -298,6 +296,8 @@ def test_compiled_columns_of_a_tiny_llama_match_the_cpu(compiled_llama):
     report = json.loads((out / "coverage.json").read_text())
     (result,) = report["results"]
     assert code == 0 and result["compiled"]["status"] == "pass", (result["compiled"], stderr[-2000:])
+    assert report["layers"] == 1 and "`--layers 1`" in (out / "coverage-compiled.md").read_text()
+    assert result["parameters"] < tiny_causal_lm("llama").num_parameters()  # the worker built one layer
     for attention in ("sdpa", "eager"):
         for name, check in result["compiled"][attention]["checks"].items():
             assert check["ok"] is True, (attention, name, check)

@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from torch_neuronx.pilot.device import resolve_device
     from torch_neuronx.runtime.errors import UsageError
     from torch_neuronx.runtime.exit_codes import ExitCode
+    from torch_neuronx.testing.tiny_models import TinySize
 
     console = Console()
     installed = installed_architectures()
@@ -77,14 +78,18 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--jobs must be at least 1 and --timeout a positive number of seconds")
         if args.limit is not None and args.limit < 1:
             raise UsageError(f"--limit must be at least 1 (got {args.limit})")
+        if args.layers < 1:
+            raise UsageError(f"--layers must be at least 1 (got {args.layers})")
         chosen = select(args, installed)
         resolve_device(args.device)
     except PilotError as exc:  # the device named by --device cannot be used
         raise UsageError(str(exc)) from None
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    log = ResultLog(out / "results.jsonl", {"device": args.device, "lowering": not args.no_lowering,
-                                           "compiled": args.compiled}, resume=args.resume)
+    options = {"device": args.device, "lowering": not args.no_lowering, "compiled": args.compiled}
+    if args.layers != TinySize().layers:  # logs written before --layers existed (docs/compiled-sweep) stay resumable
+        options["layers"] = args.layers
+    log = ResultLog(out / "results.jsonl", options, resume=args.resume)
     todo = [m for m in chosen if m not in log.done]
     if log.done:
         console.print(f"resuming: {len(chosen) - len(todo)} of {len(chosen)} architectures already done "
@@ -102,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
                                                           if compiled else ""))
 
         run_sweep(todo, args.device, args.jobs, args.timeout, out, on_result, lower=not args.no_lowering,
-                  compiled=args.compiled)
+                  compiled=args.compiled, layers=args.layers)
     results = [log.done[m] for m in chosen if m in log.done]
     summary = summarise(results, installed)
     report = {
@@ -110,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": args.device, "torch": torch.__version__, "transformers": transformers.__version__,
         "checks": list(CHECKS), "selection": {"only": args.only, "limit": args.limit, "popular": args.popular},
+        "layers": args.layers,
         "lowering_checked": not args.no_lowering, "compiled_checked": args.compiled,
         "summary": summary, "results": results,
     }
@@ -188,6 +194,8 @@ def _print_compiled(console, results: list[dict], summary: dict) -> None:
 
 
 def add_parser(sub) -> None:
+    from torch_neuronx.testing.tiny_models import TinySize
+
     p = sub.add_parser("coverage", help="check every causal-LM architecture of the installed Transformers",
                        description="Each architecture is built tiny from its config class (offline) and checked "
                        "for forward, backward, generate (dynamic and static cache), logits parity with CPU and "
@@ -200,6 +208,9 @@ def add_parser(sub) -> None:
     p.add_argument("--timeout", type=float, default=None,
                    help=f"seconds per architecture (default {DEFAULT_TIMEOUT:.0f}, {COMPILED_TIMEOUT:.0f} with --compiled)")
     p.add_argument("--out", default="coverage-report", help="output directory (default coverage-report)")
+    p.add_argument("--layers", type=int, default=TinySize().layers,
+                   help=f"decoder layers of each tiny model (default {TinySize().layers}; a hybrid architecture "
+                   "keeps one layer of each kind, so it may get more); fewer builds and compiles faster")
     p.add_argument("--no-lowering", action="store_true",
                    help="skip the check that every device kernel lowers to StableHLO (needs torch-mlir; slower)")
     p.add_argument("--compiled", action="store_true",

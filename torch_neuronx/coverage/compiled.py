@@ -21,7 +21,7 @@ import time
 import torch
 
 from ..runtime.errors import first_line
-from ..testing.tiny_models import tiny_causal_lm
+from ..testing.tiny_models import TinySize, tiny_causal_lm
 from .probe import differs_from_cpu, gradients, greedy_tokens, logits_of, token_batch
 
 ATTENTION = ("sdpa", "eager")
@@ -142,10 +142,11 @@ def _cpu_reference(model, ids) -> tuple[dict, dict]:
     return outputs, results
 
 
-def probe_attention(model_type: str, attention: str, device: str) -> dict:
-    """The compiled checks of ``model_type`` built with ``attention``; ``supported`` False when it cannot be."""
+def probe_attention(model_type: str, attention: str, device: str, size: TinySize = TinySize()) -> dict:
+    """The compiled checks of ``model_type`` built tiny at ``size`` with ``attention``; ``supported``
+    False when it cannot be."""
     try:
-        model = tiny_causal_lm(model_type, attn_implementation=attention)
+        model = tiny_causal_lm(model_type, size=size, attn_implementation=attention)
     except Exception as exc:  # Transformers refuses an implementation the architecture lacks
         return {"supported": False, "error": first_line(exc, limit=200)}
     ids = token_batch(model)  # the batch of the eager checks: same seed, same vocabulary
@@ -162,14 +163,14 @@ def probe_attention(model_type: str, attention: str, device: str) -> dict:
     return {"supported": True, "cpu": cpu, "checks": checks}
 
 
-def probe_compiled(model_type: str, device: str, on_phase=lambda phase: None) -> dict:
+def probe_compiled(model_type: str, device: str, on_phase=lambda phase: None, size: TinySize = TinySize()) -> dict:
     """The compiled checks per attention implementation (JSON-ready), graph lowering on."""
     from ..runtime.settings import get_flag
 
     results = {"lowering": bool(get_flag("TORCHNEURON_LOWER_GRAPHS"))}
     for attention in ATTENTION:
         on_phase(f"compiled {attention}")
-        results[attention] = probe_attention(model_type, attention, device)
+        results[attention] = probe_attention(model_type, attention, device, size)
     results["status"] = compiled_status(results)
     return results
 

@@ -15,7 +15,7 @@ import time
 import torch
 
 from ..runtime.errors import first_line
-from ..testing.tiny_models import tiny_causal_lm
+from ..testing.tiny_models import TinySize, tiny_causal_lm
 
 CHECKS = ("forward", "backward", "generate_dynamic", "generate_static", "save_load")
 ATOL, RTOL = 1e-4, 1e-3
@@ -150,12 +150,13 @@ def token_batch(model) -> torch.Tensor:
     return torch.randint(3, max(vocab, 4), (2, 8), generator=generator)
 
 
-def probe(model_type: str, device: str, on_phase=lambda phase: None, lower: bool = True) -> dict:
-    """All checks of one architecture on the CPU and on ``device``; JSON-ready."""
+def probe(model_type: str, device: str, on_phase=lambda phase: None, lower: bool = True,
+          size: TinySize = TinySize()) -> dict:
+    """All checks of one architecture, built tiny at ``size``, on the CPU and on ``device``; JSON-ready."""
     result = {"model_type": model_type, "device": device}
     on_phase("build")
     try:
-        model = tiny_causal_lm(model_type)
+        model = tiny_causal_lm(model_type, size)
         result["architecture"] = type(model).__name__
         result["parameters"] = sum(p.numel() for p in model.parameters())
     except Exception as exc:

@@ -17,6 +17,7 @@ from .compiled import ATTENTION, OURS, SHARED
 from .popular import POPULAR_TEXT_GENERATION
 from .probe import CHECKS
 from ..testing.child_process import ChildFailed, ChildProcess
+from ..testing.tiny_models import TinySize
 
 READY_TIMEOUT_SECONDS = 300
 
@@ -24,8 +25,10 @@ READY_TIMEOUT_SECONDS = 300
 class ProbeWorker:
     """One child process (:mod:`.probe_process`) probing architectures one at a time; replaced after a crash."""
 
-    def __init__(self, device: str, log_path: Path, lower: bool = True, compiled: bool = False):
-        argv = ("--device", device) + (() if lower else ("--no-lowering",)) + (("--compiled",) if compiled else ())
+    def __init__(self, device: str, log_path: Path, lower: bool = True, compiled: bool = False,
+                 layers: int = TinySize().layers):
+        argv = ("--device", device, "--layers", str(layers)) + (() if lower else ("--no-lowering",)) + \
+            (("--compiled",) if compiled else ())
         self.child = ChildProcess("torch_neuronx.coverage.probe_process", argv, log_path,
                                   ready_timeout=READY_TIMEOUT_SECONDS)
 
@@ -67,7 +70,7 @@ def crashed_result(model_type: str, phase: str, message: str) -> dict:
 class ResultLog:
     """Every finished architecture as one JSON line, written when it finishes, so that a sweep that
     was stopped resumes with the architectures not yet done (``--resume``). Lines written with other
-    options (device, lowering, compiled checks) are not reused."""
+    options (device, lowering, compiled checks, layers) are not reused."""
 
     def __init__(self, path: Path, options: dict, resume: bool):
         self.path, self.options, self.lock = path, options, threading.Lock()
@@ -94,7 +97,8 @@ class ResultLog:
 
 
 def run_sweep(model_types: list[str], device: str, jobs: int, timeout: float, log_dir: Path,
-              on_result=lambda result: None, lower: bool = True, compiled: bool = False) -> list[dict]:
+              on_result=lambda result: None, lower: bool = True, compiled: bool = False,
+              layers: int = TinySize().layers) -> list[dict]:
     todo: queue.Queue = queue.Queue()
     for name in model_types:
         todo.put(name)
@@ -102,7 +106,7 @@ def run_sweep(model_types: list[str], device: str, jobs: int, timeout: float, lo
     lock = threading.Lock()
 
     def drain(index: int) -> None:
-        worker = ProbeWorker(device, log_dir / f"coverage-worker-{index}.log", lower, compiled)
+        worker = ProbeWorker(device, log_dir / f"coverage-worker-{index}.log", lower, compiled, layers)
         try:
             while True:
                 try:
