@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO
+from hf_models import REPO
 
 SCRIPTS = Path(__file__).parent / "scripts"
 

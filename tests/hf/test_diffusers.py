@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import diffusion_tp  # examples/diffusion_tp.py (conftest puts examples/ on sys.path)
-from conftest import run_example
+import diffusion_tp  # examples/diffusion_tp.py (hf/conftest.py puts examples/ on sys.path)
+from hf_models import run_example
 
 SIZE, STEPS = 32, 3
 

@@ -12,7 +12,7 @@ import torch
 
 import children
 from torch_neuronx.testing import tiny_models
-from conftest import run_example
+from hf_models import run_example
 
 
 STATIC_CACHE = {"batch": 2, "prompt_len": 16, "new": 8}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import cpu_and_neuron, tiny_causal_lm, token_batch
+from hf_models import cpu_and_neuron, tiny_causal_lm, token_batch
 from torch.nn.attention.flex_attention import flex_attention
 
 from torch_neuronx.compile.flex_attention import MESSAGE

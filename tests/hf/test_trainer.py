@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from conftest import VOCAB, tiny_causal_lm, token_batch
+from hf_models import VOCAB, tiny_causal_lm, token_batch
 
 
 def _dataset(n=16, length=16):

@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-from conftest import FAMILIES, cpu_and_neuron, tiny_causal_lm, token_batch
+from hf_models import FAMILIES, cpu_and_neuron, tiny_causal_lm, token_batch
 
 ALL_FAMILIES = list(FAMILIES)
 

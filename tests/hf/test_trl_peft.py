@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import text_dataset, tiny_causal_lm, token_batch
+from hf_models import text_dataset, tiny_causal_lm, token_batch
 
 
 def _record_batches(model):
