@@ -5,11 +5,13 @@
   python -m benchmarks.bench_compile varlen      # compile count, lengths 60-300, unpadded vs padded
   python -m benchmarks.bench_compile lowering-cost  # cold first step with vs without the StableHLO lowering
   python -m benchmarks.bench_compile decode      # compiled decode: neuron vs CPU Inductor, one process
+  python -m benchmarks.bench_compile eager-decode  # eager decode: neuron vs CPU, one process
 
 Model: Llama, hidden 256, 4 layers, vocab 4096, batch 4 x 128 (the issue's sizes).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -148,13 +150,16 @@ def _host_calls(run) -> dict[str, int]:
     return counts
 
 
-def decode(rounds: int = 16) -> dict:
+def decode(rounds: int = 16, compiled: bool = True, size=None) -> dict:
     """Static-cache greedy requests of the ``generate`` workload, CPU Inductor and neuron compiled
     in one process, interleaved request by request (alternating which goes first), so that load
     from other jobs hits both alike: per-token medians, the geometric mean of the per-round ratios
     with its 95 % interval (``stats.paired_ratio``, as the suite's rows), and the host
     buffers/reinterprets the generated code makes per request (counts: firm on a loaded machine,
-    where the times are indicative)."""
+    where the times are indicative). ``compiled=False``: CPU and neuron eager, each on the
+    ``generate`` workload's loop and on ``generate_static``'s ``model.generate()``. One process
+    leaves out the suite's process-to-process spread (per-process medians are bimodal on both
+    devices), most of a fresh-process pair's interval. ``size``: the model (default ``FULL``)."""
     from transformers import StaticCache
 
     from benchmarks import adapters, workloads
@@ -162,28 +167,37 @@ def decode(rounds: int = 16) -> dict:
     from benchmarks.stats import paired_ratio
 
     torch.set_num_threads(1)
-    prompt = token_batch(FULL, FULL.prompt, 10_000)[:1]
-    setups = {}
-    for name, adapter in (("cpu_inductor", adapters.CpuInductor()), ("neuron_compiled", adapters.NeuronCompiled())):
-        model = adapter.place(build_model(FULL)).eval()
-        forward = torch.compile(model, backend=adapter.backend, dynamic=False)
-        cache = StaticCache(config=model.config, max_cache_len=FULL.prompt + FULL.new_tokens)
-        setups[name] = lambda a=adapter, f=forward, c=cache: workloads._generate_once(a, f, c, prompt, FULL.new_tokens)
+    size = size or FULL
+    prompt = token_batch(size, size.prompt, 10_000)[:1]
+    sides = ((("inductor", adapters.CpuInductor()), ("neuron", adapters.NeuronCompiled())) if compiled
+             else (("cpu", adapters.Adapter()), ("neuron", adapters.NeuronEager(accounting=True))))
+    runs = {}  # (what, side) -> one request: (TTFT s, per-token s list, tokens)
+    for side, adapter in sides:
+        model = adapter.place(build_model(size)).eval()
+        forward = torch.compile(model, backend=adapter.backend, dynamic=False) if compiled else model
+        cache = StaticCache(config=model.config, max_cache_len=size.prompt + size.new_tokens)
+        runs["loop", side] = lambda a=adapter, f=forward, c=cache: workloads._generate_once(a, f, c, prompt, size.new_tokens)
+        if not compiled:
+            runs["generate", side] = lambda a=adapter, m=model, p=prompt.to(adapter.device): \
+                workloads._static_generate_once(a, m, p, size.new_tokens)[:3]
+    (reference, _), (device, _) = sides
     with torch.no_grad():
-        tokens = {name: [run()[2] for _ in range(2)][-1] for name, run in setups.items()}  # compiles
-        per_token = {name: [] for name in setups}
-        medians = {name: [] for name in setups}
+        tokens = {run: [runs[run]()[2] for _ in range(2)][-1] for run in runs}  # compiles, warms
+        per_token = {run: [] for run in runs}
+        medians = {run: [] for run in runs}
         for r in range(rounds):
-            for name in (list(setups) if r % 2 == 0 else list(reversed(setups))):
-                times = setups[name]()[1]
-                per_token[name] += times
-                medians[name].append(statistics.median(times))
-        calls = {name: _host_calls(run) for name, run in setups.items()}
-    ratio = paired_ratio([n / c for n, c in zip(medians["neuron_compiled"], medians["cpu_inductor"], strict=True)])
-    return {"same_tokens": tokens["neuron_compiled"] == tokens["cpu_inductor"],
-            "per_token_ms": {name: statistics.median(t) * 1e3 for name, t in per_token.items()},
-            "neuron_over_inductor": [ratio.geometric_mean, ratio.low, ratio.high],
-            "host_calls_per_request": calls}
+            for run in (list(runs) if r % 2 == 0 else list(reversed(runs))):
+                times = runs[run]()[1]
+                per_token[run] += times
+                medians[run].append(statistics.median(times))
+        calls = {side: _host_calls(runs["loop", side]) for side, _ in sides} if compiled else None
+    result = {}
+    for what in dict.fromkeys(what for what, _ in runs):
+        ratio = paired_ratio([n / c for n, c in zip(medians[what, device], medians[what, reference], strict=True)])
+        result[what] = {"same_tokens": tokens[what, device] == tokens[what, reference],
+                        "per_token_ms": {side: statistics.median(per_token[what, side]) * 1e3 for side, _ in sides},
+                        f"{device}_over_{reference}": [ratio.geometric_mean, ratio.low, ratio.high]}
+    return result | ({"host_calls_per_request": calls} if compiled else {})
 
 
 if __name__ == "__main__":
@@ -194,5 +208,5 @@ if __name__ == "__main__":
         print(json.dumps(_child_first_step(*sys.argv[2:])))
     else:
         modes = {"steady": steady, "first-step": first_step, "lowering-cost": lowering_cost, "varlen": varlen,
-                 "decode": decode}
+                 "decode": decode, "eager-decode": functools.partial(decode, compiled=False)}
         print(json.dumps(modes[what](), indent=2))

@@ -234,25 +234,32 @@ def generate_static(adapter, size: Size) -> dict:
     """
     model = adapter.place(build_model(size))
     model.eval()
-    model.generation_config.disable_compile = True
     prompt = token_batch(size, size.prompt, 10_000)[:1].to(adapter.device)
-    settings = dict(max_new_tokens=size.new_tokens, min_new_tokens=size.new_tokens, do_sample=False,
-                    cache_implementation="static", pad_token_id=0)
     ttfts, per_token, tokens_per_s = [], [], []
     with torch.no_grad():
-        model.generate(prompt, **settings)  # warm-up: builds the cache, compiles kernels
+        _static_generate_once(adapter, model, prompt, size.new_tokens)  # warm-up: builds the cache, compiles kernels
         for _ in range(size.decode_requests):
-            clock = _TokenClock(adapter)
-            start = time.perf_counter()
-            out = model.generate(prompt, streamer=clock, **settings)
-            stamps = clock.stamps  # [prompt, token 1, token 2, ...]
-            ttfts.append((stamps[1] - start) * 1e3)
-            per_token += [(b - a) * 1e3 for a, b in zip(stamps[1:], stamps[2:])]
-            tokens_per_s.append(size.new_tokens / (stamps[-1] - start))
+            ttft, times, tokens, total = _static_generate_once(adapter, model, prompt, size.new_tokens)
+            ttfts.append(ttft * 1e3)
+            per_token += [t * 1e3 for t in times]
+            tokens_per_s.append(size.new_tokens / total)
     return {
         "metrics": {"ttft_ms": ttfts, "per_token_ms": per_token, "tokens_per_s": tokens_per_s},
-        "info": {"tokens": out[0, size.prompt:].tolist()},
+        "info": {"tokens": tokens},
     }
+
+
+def _static_generate_once(adapter, model, prompt, new_tokens: int) -> tuple[float, list, list, float]:
+    """One greedy ``model.generate(cache_implementation="static")`` request, uncompiled
+    (``disable_compile``); returns (TTFT s, per-token s list, tokens generated, request s)."""
+    model.generation_config.disable_compile = True
+    clock = _TokenClock(adapter)
+    start = time.perf_counter()
+    out = model.generate(prompt, streamer=clock, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                         do_sample=False, cache_implementation="static", pad_token_id=0)
+    stamps = clock.stamps  # [prompt, token 1, token 2, ...]
+    return (stamps[1] - start, [b - a for a, b in zip(stamps[1:], stamps[2:])],
+            out[0, prompt.shape[1]:].tolist(), stamps[-1] - start)
 
 
 def ops(adapter, size: Size) -> dict:

@@ -145,6 +145,21 @@ def test_static_cache_generate_row_times_each_token_and_decodes_like_cpu():
     assert rows["neuron"]["info"]["tokens"] == rows["cpu"]["info"]["tokens"]
 
 
+def test_eager_decode_in_one_process_pairs_each_request_with_cpu():
+    """``python -m benchmarks.bench_compile eager-decode``: both devices' loop and ``generate()``
+    decode the same tokens in one process, and each gives a paired ratio with its interval."""
+    from benchmarks.bench_compile import decode
+    from benchmarks.model import SMOKE
+
+    result = decode(rounds=3, compiled=False, size=SMOKE)
+    assert set(result) == {"loop", "generate"}
+    for row in result.values():
+        assert row["same_tokens"] is True
+        assert row["per_token_ms"]["cpu"] > 0 and row["per_token_ms"]["neuron"] > 0
+        mean, low, high = row["neuron_over_cpu"]
+        assert 0 < low <= mean <= high
+
+
 def test_decode_op_table_profiles_the_same_ops_on_both_devices():
     """``python -m benchmarks.decode_ops``: the same generate() on CPU and neuron runs the same
     matmuls per token; every op of either device is a row, the table names the ratio per op."""
