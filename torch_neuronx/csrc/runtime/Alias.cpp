@@ -102,8 +102,8 @@ class AliasPool {
       if ((lent_ & bit) != 0) {
         continue; // in use by a call still running (nested or listed twice)
       }
-      if (C10_UNLIKELY(!shell.defined())) {
-        make_shell(shell, t);
+      if (!shell.defined()) {
+        shell = unowned_cpu_alias(t);
       } else if (shell.use_count() == 1 && storage_of(shell).use_count() == 1) {
         repoint(shell, t, neuron);
       } else {
@@ -122,11 +122,6 @@ class AliasPool {
 
  private:
   static constexpr size_t kShells = 32; // one bit each in a lent mask
-
-  // Once per shell and thread: out of line, off lend's path.
-  C10_NOINLINE static void make_shell(at::Tensor& shell, const at::Tensor& t) {
-    shell = unowned_cpu_alias(t);
-  }
 
   // A shell is a plain CPU tensor we made: its storage needs no virtual call.
   static const c10::Storage& storage_of(const at::Tensor& shell) {

@@ -22,40 +22,6 @@ bool needs_narrowing(const caffe2::TypeMeta dtype) {
   return (type == at::kLong || type == at::kDouble) && narrowing_mode() != 0;
 }
 
-// The rare ways a result comes back, out of line so that to_neuron's common
-// path (a fresh result adopted) spans few instruction-cache lines.
-
-// Autograd's efficient zero tensors (e.g. the gradient of sign/round) have
-// no memory behind their shape: the device gets real zeros.
-C10_NOINLINE at::Tensor device_zeros(const at::Tensor& out, c10::DeviceIndex index) {
-  c10::DeviceGuard guard(c10::Device(kNeuron, index));
-  return at::zeros(out.sizes(), out.options().device(kNeuron, index));
-}
-
-// A view of memory that already lives on the device.
-C10_NOINLINE at::Tensor device_view(const c10::Storage& base, const at::Tensor& out) {
-  auto view = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(base), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), out.dtype());
-  view.unsafeGetTensorImpl()->set_sizes_and_strides(
-      out.sizes(), out.strides(), out.storage_offset());
-  return view;
-}
-
-// Memory the kernel shares with something else: copied, never stolen.
-C10_NOINLINE at::Tensor device_copy(const at::Tensor& out, c10::DeviceIndex index) {
-  c10::DeviceGuard guard(c10::Device(kNeuron, index));
-  at::Tensor result =
-      at::empty_strided(out.sizes(), out.strides(), out.options().device(kNeuron, index));
-  cpu_alias(result).copy_(out);
-  return result;
-}
-
-C10_NOINLINE void narrow_result(const at::Tensor& result) {
-  if (!fits_in_32_bits(result)) {
-    narrow_64bit_inplace(cpu_alias(result));
-  }
-}
-
 } // namespace
 
 CallState::~CallState() {
@@ -80,9 +46,9 @@ void CallState::note_other(const at::Tensor& t) {
 
 const c10::Storage* CallState::earlier_alias_storage(const c10::TensorImpl& t) const {
   const auto* neuron = t.unsafe_storage().unsafeGetStorageImpl();
-  for (const auto& a : aliased_) {
-    if (a.original->unsafe_storage().unsafeGetStorageImpl() == neuron) {
-      return &a.alias->unsafe_storage();
+  for (const auto& [alias_impl, original] : by_tensor_) {
+    if (original->unsafe_storage().unsafeGetStorageImpl() == neuron) {
+      return &alias_impl->unsafe_storage();
     }
   }
   return nullptr;
@@ -94,7 +60,7 @@ c10::MaybeOwned<at::Tensor> CallState::alias(const at::Tensor& t, Access access)
   // x.add_(x)): this alias shares its CPU storage, so the kernel's overlap
   // checks see what they would see on CPU. Rare; the first argument skips the search.
   const c10::Storage* shared =
-      aliased_.empty() ? nullptr : earlier_alias_storage(*t.unsafeGetTensorImpl());
+      by_tensor_.empty() ? nullptr : earlier_alias_storage(*t.unsafeGetTensorImpl());
   const at::Tensor* lent =
       aten_kernel_ && shared == nullptr ? lend_call_cpu_alias(t, lent_) : nullptr;
   c10::MaybeOwned<at::Tensor> a;
@@ -107,23 +73,18 @@ c10::MaybeOwned<at::Tensor> CallState::alias(const at::Tensor& t, Access access)
   }
   // An alias is a plain CPU tensor made here: its storage needs no virtual call.
   auto* storage = a->unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
-  aliased_.push_back({a->unsafeGetTensorImpl(), storage, t.unsafeGetTensorImpl()});
-  if (C10_UNLIKELY(access == Access::kWrite ||
-                   (access == Access::kWriteValues &&
-                    needs_narrowing(t.unsafeGetTensorImpl()->dtype())))) {
-    record_written(t, a, storage);
+  by_tensor_.emplace_back(a->unsafeGetTensorImpl(), t.unsafeGetTensorImpl());
+  by_storage_.emplace_back(storage, t.unsafeGetTensorImpl());
+  if (access == Access::kWrite ||
+      (access == Access::kWriteValues && needs_narrowing(t.unsafeGetTensorImpl()->dtype()))) {
+    // A strict-mode failure must lose nothing: keep what a 64-bit argument
+    // held (a copy, paid only in strict mode and only for in-place/out= ops).
+    const auto type = t.scalar_type();
+    const bool keep = narrowing_mode() == 2 && (type == at::kLong || type == at::kDouble);
+    written_.push_back({t.unsafeGetTensorImpl(), a, storage, storage->mutable_data(),
+                        keep ? a->clone() : at::Tensor()});
   }
   return a;
-}
-
-void CallState::record_written(
-    const at::Tensor& t, const c10::MaybeOwned<at::Tensor>& a, c10::StorageImpl* storage) {
-  // A strict-mode failure must lose nothing: keep what a 64-bit argument
-  // held (a copy, paid only in strict mode and only for in-place/out= ops).
-  const auto type = t.scalar_type();
-  const bool keep = narrowing_mode() == 2 && (type == at::kLong || type == at::kDouble);
-  written_.push_back({t.unsafeGetTensorImpl(), a, storage, storage->mutable_data(),
-                      keep ? a->clone() : at::Tensor()});
 }
 
 void CallState::raise_mixed_devices(const c10::OperatorName& op) const {
@@ -140,19 +101,25 @@ at::Tensor CallState::to_neuron(at::Tensor&& out) {
     return out;
   }
   const auto index = device_ ? *device_ : current_device();
-  if (C10_UNLIKELY(out._is_zerotensor())) {
-    return device_zeros(out, index);
+  if (out._is_zerotensor()) {
+    // Autograd's efficient zero tensors (e.g. the gradient of sign/round)
+    // have no memory behind their shape: give the device real zeros.
+    c10::DeviceGuard guard(c10::Device(kNeuron, index));
+    return at::zeros(out.sizes(), out.options().device(kNeuron, index));
   }
   auto* impl = out.unsafeGetTensorImpl();
+  for (auto& [alias_impl, original] : by_tensor_) {
+    if (alias_impl == impl) {
+      return retain(original);
+    }
+  }
   const c10::Storage& out_storage = out.storage();
   auto* storage = out_storage.unsafeGetStorageImpl();
   const c10::Storage* base = nullptr;
-  for (const auto& a : aliased_) {
-    if (a.alias == impl) {
-      return retain(a.original);
-    }
-    if (base == nullptr && a.alias_storage == storage) {
-      base = &a.original->storage();
+  for (auto& [alias_storage, original] : by_storage_) {
+    if (alias_storage == storage) {
+      base = &original->storage();
+      break;
     }
   }
   if (base == nullptr) {
@@ -164,17 +131,27 @@ at::Tensor CallState::to_neuron(at::Tensor&& out) {
     }
   }
   if (base != nullptr) {
-    return device_view(*base, out);
+    // A view of memory that already lives on the device.
+    auto view = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(*base), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+        out.dtype());
+    view.unsafeGetTensorImpl()->set_sizes_and_strides(
+        out.sizes(), out.strides(), out.storage_offset());
+    return view;
   }
   at::Tensor result;
-  if (C10_UNLIKELY(out_storage.use_count() > 1)) {
-    result = device_copy(out, index);
+  if (out_storage.use_count() > 1) {
+    // Memory the kernel shares with something else: copy, never steal.
+    c10::DeviceGuard guard(c10::Device(kNeuron, index));
+    result = at::empty_strided(out.sizes(), out.strides(),
+                               out.options().device(kNeuron, index));
+    cpu_alias(result).copy_(out);
   } else {
     result = aten_kernel_ ? adopt_cpu_result(std::move(out), index) : adopt_cpu_tensor(out, index);
     adopted_.emplace_back(storage, result.unsafeGetTensorImpl());
   }
-  if (needs_narrowing(result.dtype())) {
-    narrow_result(result);
+  if (needs_narrowing(result.dtype()) && !fits_in_32_bits(result)) {
+    narrow_64bit_inplace(cpu_alias(result));
   }
   return result;
 }

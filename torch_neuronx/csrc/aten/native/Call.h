@@ -104,10 +104,6 @@ class CallState {
   // storage, or nullptr.
   const c10::Storage* earlier_alias_storage(const c10::TensorImpl& t) const;
   void sync_recorded_args();
-  // Out of line: most arguments are read-only, and the common path of
-  // alias() stays a few cache lines.
-  C10_NOINLINE void record_written(
-      const at::Tensor& t, const c10::MaybeOwned<at::Tensor>& a, c10::StorageImpl* storage);
   void restore_written_args();
   [[noreturn]] C10_NOINLINE void raise_mixed_devices(const c10::OperatorName& op) const;
 
@@ -117,12 +113,8 @@ class CallState {
   bool cpu_tensor_mixed_ = false;
   // Inline storage: most ops have a handful of tensor arguments, and the hot
   // path should not touch the heap for bookkeeping.
-  struct Aliased {
-    c10::TensorImpl* alias;
-    c10::StorageImpl* alias_storage;
-    c10::TensorImpl* original;
-  };
-  c10::SmallVector<Aliased, 4> aliased_;
+  c10::SmallVector<std::pair<c10::TensorImpl*, c10::TensorImpl*>, 4> by_tensor_;
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::TensorImpl*>, 4> by_storage_;
   c10::SmallVector<WrittenArg, 2> written_;
   uint32_t lent_ = 0; // recycled aliases (Alias.h), given back at the end
   // Results already adopted, so a second result viewing the same fresh memory
