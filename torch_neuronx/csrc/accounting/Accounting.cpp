@@ -366,19 +366,6 @@ static KeyBuilder boxed_key(const c10::OperatorHandle& op, c10::ArrayRef<c10::IV
   return key;
 }
 
-void account_args(
-    const c10::FunctionSchema& schema,
-    c10::ArrayRef<ArgRef> args,
-    c10::function_ref<std::vector<c10::IValue>()> box_args) {
-  const ArgumentMasks masks = argument_masks(schema);
-  KeyBuilder key;
-  for (size_t i = 0; i < args.size(); ++i) {
-    args[i].key(key, args[i].value, ((masks.is_static >> i) & 1) != 0,
-                ((masks.is_out >> i) & 1) != 0);
-  }
-  account_call(schema, key, box_args);
-}
-
 void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const size_t n = op.schema().arguments().size();
   const c10::ArrayRef<c10::IValue> args(stack.data() + stack.size() - n, n);

@@ -56,20 +56,6 @@ inline void account_call(
   }
   account_signature(schema, key.hash(), box_args);
 }
-// One argument of an unboxed call, type-erased: where its value is and the
-// function that keys a value of its C++ type (FastPath.h, one per type, not
-// per op), so one out-of-line account_args serves every fast-path op and
-// stays warm in the instruction cache.
-struct ArgRef {
-  const void* value;
-  void (*key)(KeyBuilder& key, const void* value, bool is_static, bool is_out);
-};
-// One unboxed call (the fast path): its arguments keyed left to right, as
-// the boxed key, then account_call.
-void account_args(
-    const c10::FunctionSchema& schema,
-    c10::ArrayRef<ArgRef> args,
-    c10::function_ref<std::vector<c10::IValue>()> box_args);
 // The boxed form: the arguments are on top of the stack.
 void account_kernel(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
 // The hex key the boxed fallback gives this call (the key new signatures are

@@ -24,22 +24,6 @@ bool needs_narrowing(const caffe2::TypeMeta dtype) {
 
 } // namespace
 
-CallState::~CallState() {
-  if (lent_ != 0) {
-    return_call_cpu_aliases(lent_);
-  }
-}
-
-const at::Tensor& CallState::map(
-    const at::Tensor& t, Access access, c10::MaybeOwned<at::Tensor>& slot) {
-  if (!is_neuron(t)) {
-    note_other(t);
-    return t;
-  }
-  slot = alias(t, access);
-  return *slot;
-}
-
 void CallState::note_other(const at::Tensor& t) {
   cpu_tensor_mixed_ |= t.defined() && t.device().is_cpu() && t.dim() > 0;
 }

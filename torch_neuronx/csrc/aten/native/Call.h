@@ -42,8 +42,11 @@ class CallState {
   // (adopt_cpu_result). Other kernels (the fallback's, possibly Python) get
   // aliases and results of their own.
   explicit CallState(bool aten_kernel = false) : aten_kernel_(aten_kernel) {}
-  // Out of line: one copy for every op, not one per fast-path kernel.
-  ~CallState();
+  ~CallState() {
+    if (lent_ != 0) {
+      return_call_cpu_aliases(lent_);
+    }
+  }
   CallState(const CallState&) = delete;
   CallState& operator=(const CallState&) = delete;
 
@@ -51,9 +54,6 @@ class CallState {
   // `access`: what the kernel may do to it. Borrowed (valid while this state
   // lives) when it is a recycled one.
   c10::MaybeOwned<at::Tensor> alias(const at::Tensor& t, Access access);
-  // A tensor argument as the kernel sees it: the alias (kept in `slot`) of a
-  // neuron tensor, `t` itself otherwise. Out of line and shared, as ~CallState.
-  const at::Tensor& map(const at::Tensor& t, Access access, c10::MaybeOwned<at::Tensor>& slot);
   // Record a device an argument asks for (e.g. a `device=` argument).
   // Inline, as check_devices' test: each call's own out-of-line function was
   // a cold instruction-cache line per op.

@@ -81,18 +81,6 @@ void key_arg(KeyBuilder& key, const T& value, bool is_static, bool is_out) {
   key.value(c10::IValue(value), is_static, is_out);
 }
 
-// An argument for account_args: the keying function is instantiated per C++
-// type, so every op taking a tensor shares one.
-template <class T>
-void key_erased(KeyBuilder& key, const void* value, bool is_static, bool is_out) {
-  key_arg(key, *static_cast<const T*>(value), is_static, is_out);
-}
-
-template <class T>
-ArgRef arg_ref(const T& value) {
-  return {&value, &key_erased<T>};
-}
-
 // ---- one call: argument slots and result mapping ---------------------------
 
 // What one argument keeps while the kernel runs, chosen by its C++ type: the
@@ -110,7 +98,12 @@ template <>
 struct Slot<const at::Tensor&> {
   c10::MaybeOwned<at::Tensor> alias;
   const at::Tensor& map(CallState& state, const at::Tensor& t, Access access) {
-    return state.map(t, access, alias);
+    if (!is_neuron(t)) {
+      state.note_other(t);
+      return t;
+    }
+    alias = state.alias(t, access);
+    return *alias;
   }
 };
 
@@ -120,14 +113,15 @@ struct Slot<at::Tensor&> {
   c10::MaybeOwned<at::Tensor> alias;
   at::Tensor* original = nullptr;
   at::Tensor& map(CallState& state, at::Tensor& t, Access access) {
-    const at::Tensor& mapped = state.map(t, access, alias);
-    if (&mapped == &t) {
-      return t; // not a neuron tensor
+    if (!is_neuron(t)) {
+      state.note_other(t);
+      return t;
     }
+    alias = state.alias(t, access);
     original = &t;
     // The kernel's signature takes a mutable handle; ATen's in-place and
     // out= kernels change the tensor behind it, never the handle itself.
-    return const_cast<at::Tensor&>(mapped);
+    return const_cast<at::Tensor&>(*alias);
   }
 };
 
@@ -330,8 +324,14 @@ struct FastKernel<Op, Ret(Args...)> {
       return;
     }
     static_assert(N <= 64, "argument masks cover 64 arguments");
-    const std::array<ArgRef, N> refs{arg_ref(args)...};
-    account_args(schema(), refs, [&] { return c10::impl::boxArgs<Args...>(args...); });
+    const ArgumentMasks masks = argument_masks(schema());
+    KeyBuilder key;
+    size_t i = 0;
+    // Left to right (a fold over the comma operator), as the boxed key.
+    ((key_arg(key, args, ((masks.is_static >> i) & 1) != 0, ((masks.is_out >> i) & 1) != 0),
+      ++i),
+     ...);
+    account_call(schema(), key, [&] { return c10::impl::boxArgs<Args...>(args...); });
   }
 
   static Ret call(Args... args) {
