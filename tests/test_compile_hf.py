@@ -234,10 +234,15 @@ def test_compiled_training_step_with_eager_attention_matches_cpu(model_type):
     assert lowering and set(lowering) == {"lowered"}
 
 
+# One decoder layer each: GLM-4-MoE's first layer is dense by default (first_k_dense_replace=1),
+# so it starts with MoE instead of building a second layer to reach one.
+ONE_LAYER_OVERRIDES = {"mistral": {"sliding_window": 8}, "glm4_moe": {"first_k_dense_replace": 0}}
+
+
 @pytest.mark.parametrize("model_type", ["mistral", "glm4_moe"])
 def test_static_cache_generate_compiles_sliding_window_and_moe_routing(model_type):
-    overrides = {"sliding_window": 8} if model_type == "mistral" else {}
-    reference = tiny_causal_lm(model_type, **overrides)
+    reference = tiny_causal_lm(model_type, ONE_LAYER, **ONE_LAYER_OVERRIDES[model_type])
+    assert model_type != "glm4_moe" or type(reference.model.layers[0].mlp).__name__ == "Glm4MoeMoE"
     model = copy.deepcopy(reference).to("neuron")
     prompt = torch.randint(3, 200, (1, 12), generator=torch.Generator().manual_seed(6))
     kwargs = dict(max_new_tokens=4, do_sample=False, cache_implementation="static")
