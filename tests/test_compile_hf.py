@@ -137,8 +137,9 @@ def test_warm_compiled_decode_steps_alias_no_parameter_or_cache_tensor_again(bas
 
 def _decode_step_host_buffers(base, device: str, backend: str) -> tuple[int, torch.Tensor, list]:
     """A static-cache prefill (eager: only its cache contents matter) then one decode step,
-    compiled by ``backend`` without caches: the host buffers the decode graph's generated code
+    compiled by ``backend`` without graph caches: the host buffers the decode graph's generated code
     allocates, its logits and the cache after it."""
+    from torch._functorch import config as functorch_config
     from torch._inductor import config as inductor_config
     from torch._inductor.graph import GraphLowering
     from transformers import StaticCache
@@ -148,7 +149,9 @@ def _decode_step_host_buffers(base, device: str, backend: str) -> tuple[int, tor
     forward = torch.compile(model, backend=backend, dynamic=False)
     prompt = torch.randint(0, VOCAB, (1, 6), generator=torch.Generator().manual_seed(8)).to(device)
     codes: list[str] = []
-    with torch.no_grad(), inductor_config.patch(force_disable_caches=True):
+    # Without the graph caches, so Inductor generates the code; its compiled C++ may come from the cache.
+    with torch.no_grad(), inductor_config.patch(fx_graph_cache=False), \
+            functorch_config.patch(enable_autograd_cache=False):
         token = model(input_ids=prompt, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
         with mock.patch.object(GraphLowering, "save_output_code", codes.append):
             logits = forward(input_ids=token, past_key_values=cache, use_cache=True).logits
