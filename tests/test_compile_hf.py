@@ -1,7 +1,7 @@
 """backend="neuron" with Transformers: a training loop, static-cache generate, mixed mode, Trainer.
 
-All tests share one tiny Llama configuration (mixed mode: with two layers) so that
-graphs compiled by one test are found in the compile cache by the next.
+All tests share one tiny Llama configuration (mixed mode: with two layers; the training tests
+with eager attention) so that graphs compiled by one test are found in the compile cache by the next.
 """
 from __future__ import annotations
 
