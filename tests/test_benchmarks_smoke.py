@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import children
 from benchmarks import report, worker
@@ -175,6 +176,25 @@ def test_decode_op_table_profiles_the_same_ops_on_both_devices():
     # Three op rows (the ops that add most on neuron: not always aten:: ones, e.g. a profiler
     # range can rank among them on a noisy run), then the row outside ATen ops.
     assert text.count("\n| `") == 3 and "outside ATen ops" in text
+
+
+def test_decode_replay_runs_every_call_by_itself_with_the_same_result_on_both_devices():
+    """``python -m benchmarks.decode_ops --replay``: every distinct call of the decode replays on
+    both devices from its recorded arguments and gives CPU's result; per-token call counts are the
+    model's (a Llama layer has seven projections, plus the LM head, per forward)."""
+    import torch_neuronx  # noqa: F401
+
+    from benchmarks import decode_ops
+
+    result = decode_ops.replay("smoke", loops=2)
+    assert result["failed"] == {} and result["differing"] == []
+    rows = {r["op"]: r for r in result["rows"]}
+    assert rows["aten.mm.default"]["calls_per_token"] == 7 * decode_ops.SIZES["smoke"].layers + 1
+    assert all(r["cpu_ns"] > 0 and r["cpu_ns"] + r["added_ns"] > 0 for r in rows.values())
+    assert "Results differ" not in decode_ops.markdown_replay(result, limit=3)
+    # The comparison can fail: two independent random draws differ.
+    draw = torch.ops.aten.randn.default
+    assert not decode_ops._same_result(draw, (([64],), {}), (([64],), {"device": torch.device("neuron")}))
 
 
 def test_summarize_pools_samples_across_repeats_and_keeps_failures():
