@@ -143,8 +143,12 @@ def _arguments(snapshot, device: str):
     return tree_map(place, snapshot, is_leaf=lambda a: isinstance(a, _Snapshot))
 
 
-# Ops whose results are not defined values (fresh, uninitialised memory): timed, not compared.
-_UNDEFINED_RESULTS = frozenset({"aten.empty.memory_format", "aten.empty_strided.default", "aten.resize_.default"})
+# Ops whose results are not defined values (fresh, uninitialised memory; no ATen tag says so):
+# timed, not compared.
+_UNDEFINED_RESULTS = frozenset({
+    "aten.empty.memory_format", "aten.empty_strided.default", "aten.empty_like.default",
+    "aten.new_empty.default", "aten.new_empty_strided.default", "aten.resize_.default",
+})
 
 
 def _same_result(func, cpu_args, neuron_args) -> bool:
