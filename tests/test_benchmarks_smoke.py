@@ -19,7 +19,7 @@ import torch
 
 import children
 from benchmarks import report, worker
-from benchmarks.__main__ import main, parse_only
+from benchmarks.__main__ import ISSUE_27, main, parse_only
 from benchmarks import stats
 from benchmarks.backends import BY_NAME, EAGER_WORKLOADS, IN_PROCESS_WORKLOADS
 from benchmarks.runner import Step, run_suite, run_worker
@@ -176,6 +176,9 @@ def test_decode_in_process_workload_reports_each_paths_ratio_and_both_devices_me
         assert 0 < low <= metrics[f"{what}_ratio"] <= high
         assert metrics[f"{what}_cpu_per_token_ms"] > 0 and metrics[f"{what}_neuron_per_token_ms"] > 0
     assert report.unit_of("loop_cpu_per_token_ms") == "ms" and report.unit_of("loop_ratio") == "×"
+    # ``--issue27`` runs it, on the neuron backend only (one process per round).
+    assert "decode_in_process" in parse_only(ISSUE_27)[1]
+    assert [b.name for b in BY_NAME.values() if "decode_in_process" in b.workloads] == ["neuron"]
 
 
 def test_one_process_rows_pool_each_processs_ratio_over_processes():
