@@ -21,18 +21,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import report, xla_env
-from .backends import BACKENDS, EAGER_WORKLOADS
+from .backends import BACKENDS, EAGER_WORKLOADS, IN_PROCESS_WORKLOADS
 from .runner import COLLECTIVES, plan, run_suite
 
 # The backends and workloads of issue 27's limits: the eager rows against CPU eager, the compiled
-# rows against CPU Inductor.
-ISSUE_27 = "cpu,neuron,cpu_inductor,neuron_compiled,ops,generate,generate_static,train"
+# rows against CPU Inductor; the decode rows also with both devices in one process.
+ISSUE_27 = "cpu,neuron,cpu_inductor,neuron_compiled,ops,generate,generate_static,decode_in_process,train"
 
 
 def parse_only(text: str | None) -> tuple[list[str], list[str]]:
     """Split ``--only`` into backends and workloads; an empty side means all of them."""
     backends = [b.name for b in BACKENDS]
-    workloads = [*EAGER_WORKLOADS, COLLECTIVES]
+    workloads = [*EAGER_WORKLOADS, *IN_PROCESS_WORKLOADS, COLLECTIVES]
     if not text:
         return backends, workloads
     names = [n.strip() for n in text.split(",") if n.strip()]

@@ -31,6 +31,9 @@ class Size:
     # Measured warm requests of ``generate`` per process, tokens pooled: the per-token median of
     # one 31-token request moved ±25 % within a process on a loaded machine, most of a pair's spread.
     decode_requests: int
+    # Rounds of ``decode_in_process`` (each: one request per device and decode path), so that a
+    # full-size process takes 15-25 s and a suite round many such processes.
+    decode_rounds: int
     op_iters: int
     op_repeats: int
 
@@ -42,7 +45,7 @@ FULL = Size(
     hidden=256, layers=4, heads=4, intermediate=688, vocab=4096,
     batch=4, seq=128, train_steps=10,
     varlen_steps=20, varlen_min=60, varlen_max=300, pad_multiple=128,
-    prompt=64, new_tokens=32, decode_requests=5, op_iters=2000, op_repeats=5,
+    prompt=64, new_tokens=32, decode_requests=5, decode_rounds=24, op_iters=2000, op_repeats=5,
 )
 
 # Small enough that every eager backend runs all workloads in a few seconds.
@@ -50,7 +53,7 @@ SMOKE = Size(
     hidden=32, layers=1, heads=2, intermediate=64, vocab=128,
     batch=2, seq=16, train_steps=2,
     varlen_steps=3, varlen_min=5, varlen_max=20, pad_multiple=16,
-    prompt=8, new_tokens=4, decode_requests=2, op_iters=20, op_repeats=2,
+    prompt=8, new_tokens=4, decode_requests=2, decode_rounds=2, op_iters=20, op_repeats=2,
 )
 
 SIZES = {"full": FULL, "smoke": SMOKE}

@@ -24,7 +24,7 @@ from .backends import BY_NAME, EAGER_WORKLOADS
 
 ROW_FIELDS = ("backend", "workload", "metric", "unit", "median", "min", "max", "n", "status", "reason", "cache")
 _UNITS = {"_ms": "ms", "_us": "µs", "_mb": "MiB", "per_s": "1/s", "_s": "s", "compilations": "count",
-          "_pct": "%", "_usd": "USD"}
+          "_pct": "%", "_usd": "USD", "_ratio": "×"}
 
 
 def unit_of(metric: str) -> str:
@@ -72,11 +72,13 @@ def summarize(results: list[dict]) -> list[dict]:
 
 @dataclass(frozen=True)
 class Target:
-    """``numerator / denominator`` of two rows, with the issue's limit (None: context only)."""
+    """``numerator / denominator`` of two rows, with the issue's limit (None: context only).
+    ``denominator`` None: the numerator is a ratio each process measured itself (both devices in
+    one process), one observation per process, as a pair's ratio is one per round."""
 
     label: str
     numerator: tuple[str, str, str]
-    denominator: tuple[str, str, str]
+    denominator: tuple[str, str, str] | None
     limit: float | None
     meaning: str
 
@@ -122,6 +124,12 @@ TARGETS = [
     Target("static-cache generate(), time to first token: neuron eager / CPU eager",
            ("neuron", "generate_static", "ttft_ms"), ("cpu", "generate_static", "ttft_ms"), 1.1,
            "prefill through generate()"),
+    Target("static-cache generate(), per token, both devices in one process: neuron / CPU",
+           ("neuron", "decode_in_process", "generate_ratio"), None, 1.05,
+           "the generate() row without the spread between processes"),
+    Target("per-token latency, manual decode loop, both devices in one process: neuron / CPU",
+           ("neuron", "decode_in_process", "loop_ratio"), None, 1.05,
+           "the manual loop row without the spread between processes"),
     Target("per-token latency: neuron compiled / CPU Inductor", ("neuron_compiled", "generate", "per_token_ms"),
            ("cpu_inductor", "generate", "per_token_ms"), 1.05, "compiled decode speed"),
 ]
@@ -160,8 +168,12 @@ def _per_process(results: list[dict], key: tuple[str, str, str]) -> dict[tuple, 
 def paired_ratios(results: list[dict], target: Target) -> list[tuple[str, float]]:
     """Numerator over denominator process by process, for every round whose two processes have
     the same cache state (a warm compiled first step over a cold one would say nothing): that
-    state and the ratio, for every such round with both sides positive."""
-    num, den = _per_process(results, target.numerator), _per_process(results, target.denominator)
+    state and the ratio, for every such round with both sides positive. A target without a
+    denominator: each process's own ratio."""
+    num = _per_process(results, target.numerator)
+    if target.denominator is None:
+        return [(key[2], num[key]) for key in sorted(num) if num[key] > 0]
+    den = _per_process(results, target.denominator)
     return [(key[2], num[key] / den[key]) for key in sorted(num.keys() & den.keys())
             if num[key] > 0 and den[key] > 0]
 
@@ -175,13 +187,13 @@ def ratios(rows: list[dict], results: list[dict]) -> list[dict]:
               if r["status"] == "ok" and r["cache"] == "cold"}
     out = []
     for target in TARGETS:
-        num, den = by_key.get(target.numerator), by_key.get(target.denominator)
+        sides = [(key, by_key.get(key)) for key in (target.numerator, target.denominator) if key]
+        (_, num), (_, den) = sides[0], sides[-1]  # one side: the numerator is its own ratio
         entry = {"label": target.label, "limit": target.limit, "meaning": target.meaning, "ratio": None,
                  "low": None, "high": None, "pairs": 0, "warm_pairs": 0, "pair_ratios": [], "verdict": None,
                  "pairs_to_decide": None}
-        if not (num and den and den["median"]):
-            missing = [f"{b}/{w}" for (b, w, _), row in ((target.numerator, num), (target.denominator, den))
-                       if row is None]
+        missing = [f"{b}/{w}" for (b, w, _), row in sides if row is None]
+        if missing or not den["median"]:
             entry["missing"] = ", ".join(missing) or "zero denominator"
             out.append(entry)
             continue
@@ -247,7 +259,9 @@ def markdown(rows: list[dict], targets: list[dict], meta: dict, results: list[di
               "- targets: each round runs the two sides of a comparison back to back, alternating which goes "
               "first; a pair's ratio divides the two processes' own medians; ratio: geometric mean of the "
               "pairs' ratios; 95 % CI: Student t on their logarithms; verdict: met when the whole interval "
-              "is at or under the limit, not met when all of it is above, undecided otherwise",
+              "is at or under the limit, not met when all of it is above, undecided otherwise; a row \"both "
+              "devices in one process\" counts processes, not pairs: each process's own ratio (its rounds "
+              "alternate the devices) is one observation",
               f"- caches: {_caches(results)}",
               "- cells: median (min–max) over all samples of all repeated processes of one cache state", ""]
     lines += ["## Targets", "", "| comparison | ratio | 95 % CI | pairs | limit | verdict |",

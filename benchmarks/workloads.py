@@ -262,6 +262,25 @@ def _static_generate_once(adapter, model, prompt, new_tokens: int) -> tuple[floa
             out[0, prompt.shape[1]:].tolist(), stamps[-1] - start)
 
 
+def decode_in_process(adapter, size: Size) -> dict:
+    """Issue 27's two decode rows with both devices in one process: ``bench_compile``'s eager
+    decode, CPU and neuron requests alternating for ``decode_rounds`` rounds. Its ratio per
+    process (geometric mean of the rounds' ratios) leaves out the ±5-10 % by which one
+    process's medians differ from another's, the noise a pair of processes carries; the
+    report's one-process targets pool these ratios over processes. ``decode`` builds one model
+    per device with its own adapters (neuron eager with accounting on, as ``adapter``)."""
+    from .bench_compile import decode
+
+    measured = decode(size.decode_rounds, compiled=False, size=size)
+    metrics, info = {}, {}
+    for what, row in measured.items():  # "loop" and "generate"
+        ratio, low, high = row["neuron_over_cpu"]
+        metrics[f"{what}_ratio"] = ratio
+        metrics |= {f"{what}_{side}_per_token_ms": ms for side, ms in row["per_token_ms"].items()}
+        info[what] = {"same_tokens": row["same_tokens"], "ratio_interval": [low, high]}
+    return {"metrics": metrics, "info": info}
+
+
 def ops(adapter, size: Size) -> dict:
     """Per-op dispatch overhead on small tensors, in microseconds per op.
 
@@ -309,5 +328,6 @@ WORKLOADS = {
     "varlen_padded": varlen_padded,
     "generate": generate,
     "generate_static": generate_static,
+    "decode_in_process": decode_in_process,
     "ops": ops,
 }

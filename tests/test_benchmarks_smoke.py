@@ -19,8 +19,9 @@ import torch
 
 import children
 from benchmarks import report, worker
-from benchmarks.__main__ import main, parse_only
-from benchmarks.backends import BY_NAME, EAGER_WORKLOADS
+from benchmarks.__main__ import ISSUE_27, main, parse_only
+from benchmarks import stats
+from benchmarks.backends import BY_NAME, EAGER_WORKLOADS, IN_PROCESS_WORKLOADS
 from benchmarks.runner import Step, run_suite, run_worker
 from benchmarks.workloads import WORKLOADS
 
@@ -126,7 +127,7 @@ def test_warm_processes_compile_nothing_their_cold_process_compiled(warm_suite):
 
 
 def test_every_declared_workload_is_implemented():
-    assert set(EAGER_WORKLOADS) == set(WORKLOADS)
+    assert set(EAGER_WORKLOADS) | set(IN_PROCESS_WORKLOADS) == set(WORKLOADS)
     for backend in BY_NAME.values():
         assert set(backend.workloads) <= set(WORKLOADS)
 
@@ -159,6 +160,51 @@ def test_eager_decode_in_one_process_pairs_each_request_with_cpu():
         assert row["per_token_ms"]["cpu"] > 0 and row["per_token_ms"]["neuron"] > 0
         mean, low, high = row["neuron_over_cpu"]
         assert 0 < low <= mean <= high
+
+
+def test_decode_in_process_workload_reports_each_paths_ratio_and_both_devices_medians():
+    """The suite's ``decode_in_process`` cell runs that in-process decode: per process, one ratio
+    per decode path and the per-token medians of both devices, the ratio consistent with them."""
+    from benchmarks.adapters import make_adapter
+    from benchmarks.model import SMOKE
+
+    row = WORKLOADS["decode_in_process"](make_adapter("neuron"), SMOKE)
+    metrics = row["metrics"]
+    for what in ("loop", "generate"):
+        assert row["info"][what]["same_tokens"] is True
+        low, high = row["info"][what]["ratio_interval"]
+        assert 0 < low <= metrics[f"{what}_ratio"] <= high
+        assert metrics[f"{what}_cpu_per_token_ms"] > 0 and metrics[f"{what}_neuron_per_token_ms"] > 0
+    assert report.unit_of("loop_cpu_per_token_ms") == "ms" and report.unit_of("loop_ratio") == "×"
+    # ``--issue27`` runs it, on the neuron backend only (one process per round).
+    assert "decode_in_process" in parse_only(ISSUE_27)[1]
+    assert [b.name for b in BY_NAME.values() if "decode_in_process" in b.workloads] == ["neuron"]
+
+
+def test_one_process_rows_pool_each_processs_ratio_over_processes():
+    """A target without a denominator takes each process's own ratio as one observation:
+    geometric mean, t interval and verdict as ``stats.paired_ratio`` gives them for those ratios;
+    processes of other cells do not enter, and without the cell the row names what is missing."""
+    ratios = {"generate_ratio": [1.01, 1.03, 1.02, 1.00], "loop_ratio": [1.10, 1.12, 1.11, 1.09]}
+    results = [{"backend": "neuron", "workload": "decode_in_process", "status": "ok", "repeat": repeat,
+                "metrics": {name: values[repeat] for name, values in ratios.items()}} for repeat in range(4)]
+    results.append({"backend": "neuron", "workload": "generate", "status": "ok", "repeat": 0,
+                    "metrics": {"generate_ratio": 5.0}})
+    targets = {t["label"]: t for t in report.ratios(report.summarize(results), results)}
+    generate = targets["static-cache generate(), per token, both devices in one process: neuron / CPU"]
+    loop = targets["per-token latency, manual decode loop, both devices in one process: neuron / CPU"]
+    for target, name, verdict in ((generate, "generate_ratio", "met"), (loop, "loop_ratio", "not met")):
+        expected = stats.paired_ratio(ratios[name])
+        assert target["pair_ratios"] == ratios[name] and target["pairs"] == 4 and target["limit"] == 1.05
+        assert (target["ratio"], target["low"], target["high"]) == pytest.approx(
+            (expected.geometric_mean, expected.low, expected.high))
+        assert target["verdict"] == verdict
+    # Two processes on either side of the limit: undecided, with the processes that would decide it.
+    close = [results[0], {**results[1], "metrics": {"generate_ratio": 1.07, "loop_ratio": 1.0}}]
+    generate = next(t for t in report.ratios(report.summarize(close), close) if t["label"] == generate["label"])
+    assert generate["verdict"] == "undecided" and generate["pairs_to_decide"] > 2
+    unmeasured = next(t for t in report.ratios([], []) if t["label"] == generate["label"])
+    assert unmeasured["ratio"] is None and unmeasured["missing"] == "neuron/decode_in_process"
 
 
 def test_decode_op_table_profiles_the_same_ops_on_both_devices():
