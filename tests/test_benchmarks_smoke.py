@@ -18,9 +18,8 @@ import pytest
 import torch
 
 import children
-from benchmarks import report, worker
+from benchmarks import report, stats, worker
 from benchmarks.__main__ import ISSUE_27, main, parse_only
-from benchmarks import stats
 from benchmarks.backends import BY_NAME, EAGER_WORKLOADS, IN_PROCESS_WORKLOADS
 from benchmarks.runner import Step, run_suite, run_worker
 from benchmarks.workloads import WORKLOADS
