@@ -35,7 +35,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from benchmarks.model import SIZES, build_model, token_batch
+from benchmarks.model import SIZES, build_model, static_greedy, token_batch
 
 
 def _round(model, prompt, settings) -> tuple[dict[str, tuple[int, float]], float]:
@@ -45,11 +45,6 @@ def _round(model, prompt, settings) -> tuple[dict[str, tuple[int, float]], float
         model.generate(prompt, **settings)
         wall = (time.perf_counter() - start) * 1e6
     return {e.key: (e.count, e.self_cpu_time_total) for e in prof.key_averages()}, wall
-
-
-def _settings(size) -> dict:
-    return dict(max_new_tokens=size.new_tokens, min_new_tokens=size.new_tokens, do_sample=False,
-                cache_implementation="static", pad_token_id=0)
 
 
 def _decoder(size, device: str):
@@ -65,7 +60,7 @@ def measure(size_name: str = "full", rounds: int = 3) -> dict:
     models, prompts = {}, {}
     for device in ("cpu", "neuron"):
         models[device], prompts[device] = _decoder(size, device)
-    settings = _settings(size)
+    settings = static_greedy(size.new_tokens)
     totals = {d: {} for d in models}
     wall = {d: 0.0 for d in models}
     with torch.no_grad():
@@ -195,9 +190,9 @@ def replay(size_name: str = "full", loops: int = 200) -> dict:
     model, prompt = _decoder(size, "cpu")
     recorder = _Recorder()
     with torch.no_grad():
-        model.generate(prompt, **_settings(size))  # warm-up: the static cache's first allocation
+        model.generate(prompt, **static_greedy(size.new_tokens))  # warm-up: the static cache's first allocation
         with recorder:
-            model.generate(prompt, **_settings(size))
+            model.generate(prompt, **static_greedy(size.new_tokens))
     per_op: dict[str, dict] = {}
     differing, failed = [], {}
     with torch.no_grad():

@@ -61,7 +61,7 @@ def run_workload(workload: str, device: str, count: int, toggle, size: str = "fu
             op()
         toggle()
         return
-    from benchmarks.model import SIZES, build_model, token_batch
+    from benchmarks.model import SIZES, build_model, static_greedy, token_batch
 
     model_size = SIZES[size]
     if workload == "train":
@@ -70,8 +70,7 @@ def run_workload(workload: str, device: str, count: int, toggle, size: str = "fu
     model = build_model(model_size).to(device).eval()
     model.generation_config.disable_compile = True
     prompt = token_batch(model_size, model_size.prompt, 10_000)[:1].to(device)
-    settings = dict(max_new_tokens=count, min_new_tokens=count, do_sample=False,
-                    cache_implementation="static", pad_token_id=0)
+    settings = static_greedy(count)
     with torch.no_grad():
         model.generate(prompt, **settings)  # warm-up: the static cache, the kernel signatures
         model.generate(prompt, streamer=_DecodeSteps(toggle), **settings)

@@ -89,6 +89,13 @@ def token_batch(size: Size, seq: int, step: int):
     return torch.randint(3, size.vocab, (size.batch, seq), generator=gen)
 
 
+def static_greedy(new_tokens: int) -> dict:
+    """``generate()`` settings of every static-cache request the benchmarks time: greedy, exactly
+    ``new_tokens`` new tokens (no early stop at an end-of-sequence token)."""
+    return dict(max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                cache_implementation="static", pad_token_id=0)
+
+
 def varlen_lengths(size: Size) -> list[int]:
     """The fixed, seeded list of sequence lengths for the variable-length workload."""
     rng = random.Random(SEED)

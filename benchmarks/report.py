@@ -188,12 +188,12 @@ def ratios(rows: list[dict], results: list[dict]) -> list[dict]:
     out = []
     for target in TARGETS:
         sides = [(key, by_key.get(key)) for key in (target.numerator, target.denominator) if key]
-        (_, num), (_, den) = sides[0], sides[-1]  # one side: the numerator is its own ratio
+        num, den = sides[0][1], (sides[1][1] if len(sides) == 2 else None)
         entry = {"label": target.label, "limit": target.limit, "meaning": target.meaning, "ratio": None,
                  "low": None, "high": None, "pairs": 0, "warm_pairs": 0, "pair_ratios": [], "verdict": None,
                  "pairs_to_decide": None}
         missing = [f"{b}/{w}" for (b, w, _), row in sides if row is None]
-        if missing or not den["median"]:
+        if missing or (den is not None and not den["median"]):
             entry["missing"] = ", ".join(missing) or "zero denominator"
             out.append(entry)
             continue
@@ -207,7 +207,9 @@ def ratios(rows: list[dict], results: list[dict]) -> list[dict]:
             if entry["verdict"] == "undecided":
                 entry["pairs_to_decide"] = paired.pairs_to_decide(target.limit)
         else:
-            entry.update(ratio=num["median"] / den["median"], verdict=None if target.limit is None else "undecided")
+            # Without a denominator the numerator is a ratio already (one process's own).
+            pooled = num["median"] / den["median"] if den is not None else num["median"]
+            entry.update(ratio=pooled, verdict=None if target.limit is None else "undecided")
         out.append(entry)
     return out
 

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from .model import Size, build_model, padded_length, token_batch, varlen_lengths
+from .model import Size, build_model, padded_length, static_greedy, token_batch, varlen_lengths
 from .report import in_thread_cpu_time
 from .xla_env import REPO
 
@@ -255,8 +255,7 @@ def _static_generate_once(adapter, model, prompt, new_tokens: int) -> tuple[floa
     model.generation_config.disable_compile = True
     clock = _TokenClock(adapter)
     start = time.perf_counter()
-    out = model.generate(prompt, streamer=clock, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                         do_sample=False, cache_implementation="static", pad_token_id=0)
+    out = model.generate(prompt, streamer=clock, **static_greedy(new_tokens))
     stamps = clock.stamps  # [prompt, token 1, token 2, ...]
     return (stamps[1] - start, [b - a for a, b in zip(stamps[1:], stamps[2:])],
             out[0, prompt.shape[1]:].tolist(), stamps[-1] - start)
