@@ -121,7 +121,7 @@ def test_checkpoint_resume_restores_model_optimizer_scheduler_rng(tmp_path):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "Transformers 5.24 Trainer._save_rng_state/_load_rng_state cover cuda/npu/hpu/mlu/musa/xla but "
+    "Transformers 5.24 and 5.25: Trainer._save_rng_state/_load_rng_state cover cuda/npu/hpu/mlu/musa/xla but "
     "not neuron: the per-core generator is not in rng_state.pth (Accelerate's save_state does save it)."))
 def test_trainer_checkpoint_contains_neuron_rng(tmp_path):
     trainer = _trainer(tmp_path, tiny_causal_lm("llama"), max_steps=1, save_strategy="steps", save_steps=1)
