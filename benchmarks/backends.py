@@ -12,9 +12,12 @@ from . import xla_env
 EAGER_WORKLOADS = ("train", "varlen", "varlen_padded", "generate", "generate_static", "ops")
 # The static-cache generate() row compares the emulator with CPU; XLA keeps the manual loop.
 XLA_WORKLOADS = tuple(w for w in EAGER_WORKLOADS if w != "generate_static")
-# Both devices in one ``neuron`` process (bench_compile's eager decode): issue 27's decode rows
-# without the process-to-process spread that pairs of processes carry.
-IN_PROCESS_WORKLOADS = ("decode_in_process",)
+# Both devices in one process (bench_compile's measurements): issue 27's eager decode rows on the
+# ``neuron`` backend, its compiled rows (training step, decode) on ``neuron_compiled``, without the
+# process-to-process spread that pairs of processes carry.
+EAGER_IN_PROCESS = ("decode_in_process",)
+COMPILED_IN_PROCESS = ("compiled_in_process",)
+IN_PROCESS_WORKLOADS = EAGER_IN_PROCESS + COMPILED_IN_PROCESS
 # Per-op dispatch overhead has no meaning once ops are fused into a graph.
 COMPILED_WORKLOADS = ("train", "varlen", "varlen_padded", "generate")
 
@@ -46,10 +49,11 @@ _NATIVE = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 BACKENDS = [
     Backend("cpu", "CPU eager", EAGER_WORKLOADS, _NATIVE),
     Backend("cpu_inductor", "CPU Inductor", COMPILED_WORKLOADS, _NATIVE, graph_compile=True, warm_cache=True),
-    Backend("neuron", "neuron eager", EAGER_WORKLOADS + IN_PROCESS_WORKLOADS, {"TORCHNEURON_KERNEL_ACCOUNTING": "1"}),
+    Backend("neuron", "neuron eager", EAGER_WORKLOADS + EAGER_IN_PROCESS, {"TORCHNEURON_KERNEL_ACCOUNTING": "1"}),
     Backend("neuron_noacct", "neuron eager, accounting off", EAGER_WORKLOADS,
             {"TORCHNEURON_KERNEL_ACCOUNTING": "0"}),
-    Backend("neuron_compiled", "neuron compiled", COMPILED_WORKLOADS, graph_compile=True, warm_cache=True),
+    Backend("neuron_compiled", "neuron compiled", COMPILED_WORKLOADS + COMPILED_IN_PROCESS, graph_compile=True,
+            warm_cache=True),
     Backend("xla", "PyTorch/XLA (CPU)", XLA_WORKLOADS, {"PJRT_DEVICE": "CPU"}, xla=True, graph_compile=True),
 ]
 BY_NAME = {backend.name: backend for backend in BACKENDS}

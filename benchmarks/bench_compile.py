@@ -5,6 +5,7 @@
   python -m benchmarks.bench_compile varlen      # compile count, lengths 60-300, unpadded vs padded
   python -m benchmarks.bench_compile lowering-cost  # cold first step with vs without the StableHLO lowering
   python -m benchmarks.bench_compile decode      # compiled decode: neuron vs CPU Inductor, one process
+  python -m benchmarks.bench_compile train       # the suite's compiled training step, the same way
   python -m benchmarks.bench_compile eager-decode  # eager decode: neuron vs CPU, one process
 
 Model: Llama, hidden 256, 4 layers, vocab 4096, batch 4 x 128 (the issue's sizes).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -21,6 +23,10 @@ import tempfile
 import time
 
 import torch
+
+# Relative difference up to which the two backends' losses count as the same computation: their
+# generated kernels may sum in another order; a wrong graph is off by far more.
+LOSS_REL_TOL = 1e-4
 
 
 def tiny_llama(device: str):
@@ -164,7 +170,6 @@ def decode(rounds: int = 16, compiled: bool = True, size=None) -> dict:
 
     from benchmarks import adapters, workloads
     from benchmarks.model import FULL, build_model, token_batch
-    from benchmarks.stats import paired_ratio
 
     torch.set_num_threads(1)
     size = size or FULL
@@ -191,13 +196,51 @@ def decode(rounds: int = 16, compiled: bool = True, size=None) -> dict:
                 per_token[run] += times
                 medians[run].append(statistics.median(times))
         calls = {side: _host_calls(runs["loop", side]) for side, _ in sides} if compiled else None
-    result = {}
-    for what in dict.fromkeys(what for what, _ in runs):
-        ratio = paired_ratio([n / c for n, c in zip(medians[what, device], medians[what, reference], strict=True)])
-        result[what] = {"same_tokens": tokens[what, device] == tokens[what, reference],
-                        "per_token_ms": {side: statistics.median(per_token[what, side]) * 1e3 for side, _ in sides},
-                        f"{device}_over_{reference}": [ratio.geometric_mean, ratio.low, ratio.high]}
+    result = {what: _one_process_row(medians[what, device], medians[what, reference], device, reference,
+                                     same_tokens=tokens[what, device] == tokens[what, reference],
+                                     per_token_ms={side: statistics.median(per_token[what, side]) * 1e3
+                                                   for side, _ in sides})
+              for what in dict.fromkeys(what for what, _ in runs)}
     return result | ({"host_calls_per_request": calls} if compiled else {})
+
+
+def _one_process_row(subject: list[float], reference: list[float], device: str, reference_name: str,
+                     **details) -> dict:
+    """One path measured with both sides in one process: ``details`` (whether both computed the
+    same thing, ``same_*``; both sides' medians, ``*_ms``) and the geometric mean of the rounds'
+    ratios with its 95 % interval (``stats.paired_ratio``, as the suite's rows)."""
+    from benchmarks.stats import paired_ratio
+
+    ratio = paired_ratio([n / c for n, c in zip(subject, reference, strict=True)])
+    return details | {f"{device}_over_{reference_name}": [ratio.geometric_mean, ratio.low, ratio.high]}
+
+
+def train(rounds: int = 16, size=None) -> dict:
+    """The suite's compiled training step (``workloads._Trainer``: batch to the device, AdamW step,
+    loss read back), CPU Inductor and neuron compiled in one process, one step each per round,
+    alternating which goes first, on the same batches: both sides' median step, the geometric
+    mean of the rounds' ratios with its interval, and whether the two models' losses agreed
+    (same seeded weights, same batches: a side computing something else would show there).
+    ``size``: the model (default ``FULL``)."""
+    from benchmarks import adapters, workloads
+    from benchmarks.model import FULL, token_batch
+
+    torch.set_num_threads(1)
+    size = size or FULL
+    sides = {"inductor": workloads._Trainer(adapters.CpuInductor(), size),
+             "neuron": workloads._Trainer(adapters.NeuronCompiled(), size)}
+    seconds = {side: [] for side in sides}
+    losses = {side: [] for side in sides}
+    for step in range(2 + rounds):  # two warm-up steps: the first compiles, the second settles
+        batch = token_batch(size, size.seq, step)
+        for side in (list(sides) if step % 2 == 0 else list(reversed(sides))):
+            spent, loss = sides[side].step(batch)
+            losses[side].append(loss)
+            if step >= 2:
+                seconds[side].append(spent)
+    same = all(math.isclose(n, c, rel_tol=LOSS_REL_TOL) for n, c in zip(losses["neuron"], losses["inductor"]))
+    return {"train": _one_process_row(seconds["neuron"], seconds["inductor"], "neuron", "inductor", same_loss=same,
+                                      step_ms={side: statistics.median(s) * 1e3 for side, s in seconds.items()})}
 
 
 if __name__ == "__main__":
@@ -208,5 +251,5 @@ if __name__ == "__main__":
         print(json.dumps(_child_first_step(*sys.argv[2:])))
     else:
         modes = {"steady": steady, "first-step": first_step, "lowering-cost": lowering_cost, "varlen": varlen,
-                 "decode": decode, "eager-decode": functools.partial(decode, compiled=False)}
+                 "decode": decode, "eager-decode": functools.partial(decode, compiled=False), "train": train}
         print(json.dumps(modes[what](), indent=2))

@@ -132,6 +132,12 @@ TARGETS = [
            "the manual loop row without the spread between processes"),
     Target("per-token latency: neuron compiled / CPU Inductor", ("neuron_compiled", "generate", "per_token_ms"),
            ("cpu_inductor", "generate", "per_token_ms"), 1.05, "compiled decode speed"),
+    Target("training step, steady state, both backends in one process: neuron compiled / CPU Inductor",
+           ("neuron_compiled", "compiled_in_process", "train_ratio"), None, 1.05,
+           "the compiled training step row without the spread between processes"),
+    Target("per-token latency, compiled decode loop, both backends in one process: neuron compiled / CPU Inductor",
+           ("neuron_compiled", "compiled_in_process", "loop_ratio"), None, 1.05,
+           "the compiled decode row without the spread between processes"),
 ]
 
 
@@ -165,6 +171,22 @@ def _per_process(results: list[dict], key: tuple[str, str, str]) -> dict[tuple, 
     return out
 
 
+def _disagreeing(results: list[dict], target: Target) -> str | None:
+    """Why a one-process target gives no ratio: the processes whose two sides did not compute the
+    same thing (the workload's ``info[<path>]["same_*"]`` for metric ``<path>_ratio``, e.g. other
+    tokens), whose times then compare different work. None when every process agreed."""
+    backend, workload, metric = target.numerator
+    checks = [result.get("info", {}).get(metric.removesuffix("_ratio"), {}) for result in results
+              if (result["backend"], result["workload"], result["status"]) == (backend, workload, "ok")]
+    differing = [names for names in ([name.removeprefix("same_") for name, same in check.items()
+                                       if name.startswith("same_") and not same] for check in checks) if names]
+    if not differing:
+        return None
+    what = " and ".join(sorted({name for names in differing for name in names}))
+    return (f"refused: the two sides' {what} differed in {len(differing)} of {len(checks)} processes, "
+            "so their times compare different work")
+
+
 def paired_ratios(results: list[dict], target: Target) -> list[tuple[str, float]]:
     """Numerator over denominator process by process, for every round whose two processes have
     the same cache state (a warm compiled first step over a cold one would say nothing): that
@@ -191,10 +213,11 @@ def ratios(rows: list[dict], results: list[dict]) -> list[dict]:
         num, den = sides[0][1], (sides[1][1] if len(sides) == 2 else None)
         entry = {"label": target.label, "limit": target.limit, "meaning": target.meaning, "ratio": None,
                  "low": None, "high": None, "pairs": 0, "warm_pairs": 0, "pair_ratios": [], "verdict": None,
-                 "pairs_to_decide": None}
+                 "pairs_to_decide": None, "observed": "process" if target.denominator is None else "pair"}
         missing = [f"{b}/{w}" for (b, w, _), row in sides if row is None]
-        if missing or (den is not None and not den["median"]):
-            entry["missing"] = ", ".join(missing) or "zero denominator"
+        refused = None if missing or den is not None else _disagreeing(results, target)
+        if missing or refused or (den is not None and not den["median"]):
+            entry["missing"] = ", ".join(missing) or refused or "zero denominator"
             out.append(entry)
             continue
         pairs = paired_ratios(results, target)
@@ -328,13 +351,18 @@ def _caches(results: list[dict]) -> str:
             "of one cache state")
 
 
+# What one observation of a target is: a one-process row's is a process, a paired row's a pair.
+_PLURAL = {"pair": "pairs", "process": "processes"}
+
+
 def _verdict(target: dict) -> str:
     verdict = target["verdict"]
     if verdict == "not met":
         return "**not met**"
     if verdict == "undecided" and target["pairs_to_decide"]:
         more = target["pairs_to_decide"] - target["pairs"]
-        return f"undecided (≈ {more} more pair{'s' if more > 1 else ''})"
+        unit = target["observed"]
+        return f"undecided (≈ {more} more {unit if more == 1 else _PLURAL[unit]})"
     return verdict or ""
 
 

@@ -7,6 +7,7 @@ as a training loop's would.
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 import time
@@ -262,7 +263,7 @@ def _static_generate_once(adapter, model, prompt, new_tokens: int) -> tuple[floa
 
 
 def decode_in_process(adapter, size: Size) -> dict:
-    """Issue 27's two decode rows with both devices in one process: ``bench_compile``'s eager
+    """Issue 27's two eager decode rows with both devices in one process: ``bench_compile``'s eager
     decode, CPU and neuron requests alternating for ``decode_rounds`` rounds. Its ratio per
     process (geometric mean of the rounds' ratios) leaves out the ±5-10 % by which one
     process's medians differ from another's, the noise a pair of processes carries; the
@@ -270,13 +271,43 @@ def decode_in_process(adapter, size: Size) -> dict:
     per device with its own adapters (neuron eager with accounting on, as ``adapter``)."""
     from .bench_compile import decode
 
-    measured = decode(size.decode_rounds, compiled=False, size=size)
+    return _one_process_cell(decode(size.decode_rounds, compiled=False, size=size), "cpu")
+
+
+def compiled_in_process(adapter, size: Size) -> dict:
+    """Issue 27's two compiled rows with both backends in one process, as ``decode_in_process``
+    for the eager ones: ``bench_compile``'s training step and static-cache decode loop, CPU
+    Inductor and neuron compiled alternating for ``decode_rounds`` rounds each. It builds its
+    own adapters (neuron compiled, as ``adapter``); on a warm round both find their compiled
+    graphs in the cache directories the round-one process filled."""
+    from .bench_compile import decode, train
+
+    measured = {}
+    for measure in (train, functools.partial(decode, compiled=True)):
+        # Dynamo's state of the model's forward as in a fresh process: after the training graphs,
+        # the decode's other shapes would count as recompiles (dynamic shapes, recompile limit).
+        torch._dynamo.reset()
+        measured |= measure(size.decode_rounds, size=size)
+    calls = measured.pop("host_calls_per_request")
+    cell = _one_process_cell(measured, "inductor")
+    cell["info"]["host_calls_per_request"] = calls
+    return cell
+
+
+def _one_process_cell(measured: dict, reference: str) -> dict:
+    """``bench_compile``'s one-process rows as a suite cell: per path (``loop``, ``train``, ...)
+    its ratio (``<path>_ratio``, the metric the report's one-process targets read) and both sides'
+    medians; in ``info``, the ratio's interval and whether both sides computed the same thing
+    (``same_*``: the report gives no ratio for a process where they did not)."""
     metrics, info = {}, {}
-    for what, row in measured.items():  # "loop" and "generate"
-        ratio, low, high = row["neuron_over_cpu"]
+    for what, row in measured.items():
+        ratio, low, high = row[f"neuron_over_{reference}"]
         metrics[f"{what}_ratio"] = ratio
-        metrics |= {f"{what}_{side}_per_token_ms": ms for side, ms in row["per_token_ms"].items()}
-        info[what] = {"same_tokens": row["same_tokens"], "ratio_interval": [low, high]}
+        for name, by_side in row.items():
+            if name.endswith("_ms"):
+                metrics |= {f"{what}_{side}_{name}": ms for side, ms in by_side.items()}
+        info[what] = {name: value for name, value in row.items() if name.startswith("same_")}
+        info[what]["ratio_interval"] = [low, high]
     return {"metrics": metrics, "info": info}
 
 
@@ -328,5 +359,6 @@ WORKLOADS = {
     "generate": generate,
     "generate_static": generate_static,
     "decode_in_process": decode_in_process,
+    "compiled_in_process": compiled_in_process,
     "ops": ops,
 }

@@ -206,6 +206,73 @@ def test_one_process_rows_pool_each_processs_ratio_over_processes():
     assert unmeasured["ratio"] is None and unmeasured["missing"] == "neuron/decode_in_process"
 
 
+@pytest.mark.slow
+def test_compiled_in_process_workload_reports_the_training_step_and_decode_of_both_backends():
+    """The suite's ``compiled_in_process`` cell: CPU Inductor and neuron compiled in one process,
+    the same losses and tokens on both sides, per process one ratio per path inside its interval
+    and both sides' medians; ``--issue27`` runs it, on ``neuron_compiled`` only."""
+    from benchmarks.adapters import make_adapter
+    from benchmarks.model import SMOKE
+
+    row = WORKLOADS["compiled_in_process"](make_adapter("neuron_compiled"), SMOKE)
+    metrics, info = row["metrics"], row["info"]
+    assert info["train"]["same_loss"] is True and info["loop"]["same_tokens"] is True
+    for what, median in (("train", "step_ms"), ("loop", "per_token_ms")):
+        low, high = info[what]["ratio_interval"]
+        assert 0 < low <= metrics[f"{what}_ratio"] <= high
+        assert metrics[f"{what}_inductor_{median}"] > 0 and metrics[f"{what}_neuron_{median}"] > 0
+    # Both sides ran their compiled graphs: the generated code's host buffers, counted per request.
+    calls = info["host_calls_per_request"]
+    assert calls["neuron"]["empty_strided_cpu"] > 0 and calls["inductor"]["empty_strided_cpu"] > 0
+    assert "compiled_in_process" in parse_only(ISSUE_27)[1]
+    assert [b.name for b in BY_NAME.values() if "compiled_in_process" in b.workloads] == ["neuron_compiled"]
+    # Each of the two paths is one of issue 27's one-process rows, with the compiled limit.
+    limits = {t.numerator: t.limit for t in report.TARGETS if t.denominator is None}
+    assert limits[("neuron_compiled", "compiled_in_process", "train_ratio")] == 1.05
+    assert limits[("neuron_compiled", "compiled_in_process", "loop_ratio")] == 1.05
+
+
+def test_a_one_process_row_refuses_a_ratio_when_a_processs_two_sides_computed_different_things():
+    """A process whose two sides decoded other tokens (or reached another loss) compared different
+    work: its row gives no ratio and says why, for the eager and the compiled one-process rows
+    alike; rows whose processes all agreed still give theirs, and an undecided one-process row
+    counts the processes, not pairs, it would need."""
+    def process(workload, repeat, ratios, **same):
+        return {"backend": "neuron_compiled" if workload == "compiled_in_process" else "neuron",
+                "workload": workload, "status": "ok", "repeat": repeat,
+                "metrics": {f"{what}_ratio": ratio for what, ratio in ratios.items()},
+                "info": {what: {name: value, "ratio_interval": [0.9, 1.1]} for what, (name, value) in same.items()}}
+
+    results = [process("decode_in_process", 0, {"loop": 1.0, "generate": 1.0},
+                       loop=("same_tokens", True), generate=("same_tokens", True)),
+               process("decode_in_process", 1, {"loop": 1.1, "generate": 1.0},
+                       loop=("same_tokens", False), generate=("same_tokens", True)),
+               process("compiled_in_process", 0, {"train": 1.0, "loop": 1.0},
+                       train=("same_loss", False), loop=("same_tokens", True)),
+               process("compiled_in_process", 1, {"train": 1.0, "loop": 1.08},
+                       train=("same_loss", True), loop=("same_tokens", True))]
+    targets = {t["label"]: t for t in report.ratios(report.summarize(results), results)}
+    eager_loop = targets["per-token latency, manual decode loop, both devices in one process: neuron / CPU"]
+    compiled_train = targets["training step, steady state, both backends in one process: "
+                             "neuron compiled / CPU Inductor"]
+    for target, what in ((eager_loop, "tokens"), (compiled_train, "loss")):
+        assert target["ratio"] is None and target["verdict"] is None
+        assert target["missing"] == (f"refused: the two sides' {what} differed in 1 of 2 processes, "
+                                     "so their times compare different work")
+    generate = targets["static-cache generate(), per token, both devices in one process: neuron / CPU"]
+    assert generate["ratio"] == pytest.approx(1.0) and generate["verdict"] == "met"
+    compiled_loop = targets["per-token latency, compiled decode loop, both backends in one process: "
+                            "neuron compiled / CPU Inductor"]
+    assert compiled_loop["pairs"] == 2 and compiled_loop["verdict"] == "undecided"
+    meta = {"size": "smoke", "pairs": 2, "compiled_pairs": 2, "threads": 1, "date": "d", "wall_s": 1.0,
+            "machine": report.machine(), "load_start": "0", "load_end": "0", "versions": "v"}
+    rows = report.summarize(results)
+    page = report.markdown(rows, report.ratios(rows, results), meta, results)
+    more = compiled_loop["pairs_to_decide"] - 2
+    assert f"| {compiled_loop['label']} | 1.04× |" in page and f"undecided (≈ {more} more processes) |" in page
+    assert f"| {eager_loop['label']} | n/a (refused: the two sides' tokens differed in 1 of 2 processes" in page
+
+
 def test_decode_op_table_profiles_the_same_ops_on_both_devices():
     """``python -m benchmarks.decode_ops``: the same generate() on CPU and neuron runs the same
     matmuls per token; every op of either device is a row, the table names the ratio per op."""
