@@ -3,9 +3,12 @@
 // The boxed fallback boxes every argument into an IValue stack, and copying
 // a tensor Python owns takes the GIL; for the ops that dominate eager
 // training and generation these kernels skip the boxing, with the same
-// aliasing, accounting and result mapping as the fallback.
+// aliasing, accounting and result mapping as the fallback. add, mul, their
+// in-place forms and fill_ first try ATen's kernel on the device memory itself
+// (native/TensorIteratorOps.cpp), which falls back to the same unboxed kernel.
 #include "aten/Routes.h"
 #include "aten/native/FastPath.h"
+#include "aten/native/Native.h"
 
 #include <torch/library.h>
 
@@ -20,14 +23,19 @@ std::vector<std::string>& registered() {
   return names;
 }
 
-template <class Op>
-void register_fast(torch::Library& m) {
+template <class Op, class Kernel>
+void register_kernel(torch::Library& m, Kernel kernel) {
   std::string name = Op::name;
   if (std::strlen(Op::overload_name) > 0) {
     name = name + "." + Op::overload_name;
   }
-  m.impl(name.substr(std::strlen("aten::")).c_str(), TORCH_FN(native::FastKernel<Op>::call));
+  m.impl(name.substr(std::strlen("aten::")).c_str(), kernel);
   registered().push_back(std::move(name));
+}
+
+template <class Op>
+void register_fast(torch::Library& m) {
+  register_kernel<Op>(m, TORCH_FN(native::FastKernel<Op>::call));
 }
 
 } // namespace
@@ -42,12 +50,12 @@ std::vector<std::string> fast_path_ops() {
 // variant is listed only where it is the op's kernel (arange).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // pointwise
-  register_fast<at::_ops::add_Tensor>(m);
-  register_fast<at::_ops::add__Tensor>(m);
+  register_kernel<at::_ops::add_Tensor>(m, TORCH_FN(native::add)); // TensorIteratorOps.cpp
+  register_kernel<at::_ops::add__Tensor>(m, TORCH_FN(native::add_)); // TensorIteratorOps.cpp
   register_fast<at::_ops::sub_Tensor>(m);
   register_fast<at::_ops::sub__Tensor>(m);
-  register_fast<at::_ops::mul_Tensor>(m);
-  register_fast<at::_ops::mul__Tensor>(m);
+  register_kernel<at::_ops::mul_Tensor>(m, TORCH_FN(native::mul)); // TensorIteratorOps.cpp
+  register_kernel<at::_ops::mul__Tensor>(m, TORCH_FN(native::mul_)); // TensorIteratorOps.cpp
   register_fast<at::_ops::div_Tensor>(m);
   register_fast<at::_ops::div__Tensor>(m);
   register_fast<at::_ops::pow_Tensor_Scalar>(m);
@@ -67,7 +75,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_fast<at::_ops::gelu_backward>(m);
   register_fast<at::_ops::where_self>(m);
   register_fast<at::_ops::masked_fill__Scalar>(m);
-  register_fast<at::_ops::fill__Scalar>(m);
+  register_kernel<at::_ops::fill__Scalar>(m, TORCH_FN(native::fill_)); // TensorIteratorOps.cpp
   register_fast<at::_ops::zero_>(m);
   register_fast<at::_ops::lerp__Scalar>(m);
   register_fast<at::_ops::addcmul_>(m);

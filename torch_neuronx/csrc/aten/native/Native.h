@@ -64,6 +64,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     std::array<bool, 3> output_mask);
 at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max);
 
+// ---- TensorIterator ops on the device memory itself (TensorIteratorOps.cpp)
+// Each falls back to its fast-path kernel (FastPath.h) when it cannot.
+at::Tensor add(const at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha);
+at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha);
+at::Tensor mul(const at::Tensor& self, const at::Tensor& other);
+at::Tensor& mul_(at::Tensor& self, const at::Tensor& other);
+at::Tensor& fill_(at::Tensor& self, const c10::Scalar& value);
+
 // ---- the device's memory-format rule (MemoryFormat.cpp) --------------------
 at::Tensor clone(const at::Tensor& self, std::optional<c10::MemoryFormat> format);
 at::Tensor to_copy(
