@@ -3,9 +3,10 @@
 // The boxed fallback boxes every argument into an IValue stack, and copying
 // a tensor Python owns takes the GIL; for the ops that dominate eager
 // training and generation these kernels skip the boxing, with the same
-// aliasing, accounting and result mapping as the fallback. add, mul, their
-// in-place forms and fill_ first try ATen's kernel on the device memory itself
-// (native/TensorIteratorOps.cpp), which falls back to the same unboxed kernel.
+// aliasing, accounting and result mapping as the fallback. The hottest
+// TensorIterator ops (marked below) first try ATen's kernel on the device
+// memory itself (native/TensorIteratorOps.cpp), which falls back to the same
+// unboxed kernel.
 #include "aten/Routes.h"
 #include "aten/native/FastPath.h"
 #include "aten/native/Native.h"
@@ -58,9 +59,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_kernel<at::_ops::mul__Tensor>(m, TORCH_FN(native::mul_)); // TensorIteratorOps.cpp
   register_fast<at::_ops::div_Tensor>(m);
   register_fast<at::_ops::div__Tensor>(m);
-  register_fast<at::_ops::pow_Tensor_Scalar>(m);
-  register_fast<at::_ops::neg>(m);
-  register_fast<at::_ops::rsqrt>(m);
+  register_kernel<at::_ops::pow_Tensor_Scalar>(m, TORCH_FN(native::pow)); // TensorIteratorOps.cpp
+  register_kernel<at::_ops::neg>(m, TORCH_FN(native::neg)); // TensorIteratorOps.cpp
+  register_kernel<at::_ops::rsqrt>(m, TORCH_FN(native::rsqrt)); // TensorIteratorOps.cpp
   register_fast<at::_ops::sqrt>(m);
   register_fast<at::_ops::exp>(m);
   register_fast<at::_ops::log>(m);
@@ -68,7 +69,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_fast<at::_ops::cos>(m);
   register_fast<at::_ops::tanh>(m);
   register_fast<at::_ops::sigmoid>(m);
-  register_fast<at::_ops::silu>(m);
+  register_kernel<at::_ops::silu>(m, TORCH_FN(native::silu)); // TensorIteratorOps.cpp
   register_fast<at::_ops::silu_backward>(m);
   register_fast<at::_ops::relu>(m);
   register_fast<at::_ops::gelu>(m);

@@ -71,6 +71,10 @@ at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const c10::Scalar& a
 at::Tensor mul(const at::Tensor& self, const at::Tensor& other);
 at::Tensor& mul_(at::Tensor& self, const at::Tensor& other);
 at::Tensor& fill_(at::Tensor& self, const c10::Scalar& value);
+at::Tensor neg(const at::Tensor& self);
+at::Tensor rsqrt(const at::Tensor& self);
+at::Tensor silu(const at::Tensor& self);
+at::Tensor pow(const at::Tensor& self, const c10::Scalar& exponent);
 
 // ---- the device's memory-format rule (MemoryFormat.cpp) --------------------
 at::Tensor clone(const at::Tensor& self, std::optional<c10::MemoryFormat> format);

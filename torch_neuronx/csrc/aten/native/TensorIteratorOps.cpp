@@ -1,4 +1,5 @@
-// The hottest TensorIterator ops run on neuron memory itself.
+// The hottest TensorIterator ops run on neuron memory itself: add, mul (and
+// their in-place forms), fill_, neg, rsqrt, silu, pow.Tensor_Scalar.
 //
 // Neuron memory is host memory, so ATen's own structured kernel can run on
 // the neuron tensors directly: TensorIterator builds over them, a result is
@@ -30,12 +31,19 @@
 #include "aten/native/Native.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/native/Activation.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/Fill.h>
+#include <ATen/native/Pow.h>
+#include <ATen/native/UnaryOps.h>
 #include <ATen/ops/add_native.h>
 #include <ATen/ops/fill_native.h>
 #include <ATen/ops/mul_native.h>
+#include <ATen/ops/neg_native.h>
+#include <ATen/ops/pow_native.h>
+#include <ATen/ops/rsqrt_native.h>
+#include <ATen/ops/silu_native.h>
 
 namespace torch_neuronx::native {
 namespace {
@@ -51,9 +59,27 @@ void mul_on_host(at::TensorIteratorBase& iter) {
 void fill_on_host(at::TensorIterator& iter, const c10::Scalar& value) {
   at::native::fill_stub(c10::DeviceType::CPU, iter, value);
 }
+void neg_on_host(at::TensorIteratorBase& iter) {
+  at::native::neg_stub(c10::DeviceType::CPU, iter);
+}
+void rsqrt_on_host(at::TensorIteratorBase& iter) {
+  at::native::rsqrt_stub(c10::DeviceType::CPU, iter);
+}
+void silu_on_host(at::TensorIteratorBase& iter) {
+  at::native::silu_stub(c10::DeviceType::CPU, iter);
+}
+void pow_on_host(at::TensorIteratorBase& iter, const c10::Scalar& exponent) {
+  at::native::pow_tensor_scalar_stub(c10::DeviceType::CPU, iter, exponent);
+}
 
 bool is_64bit(c10::ScalarType type) {
   return type == at::kLong || type == at::kDouble;
+}
+
+// A unary float op's iterator promotes integer inputs to float, which only
+// CPU's iterator does: only float32/bf16/f16 inputs run here.
+bool is_narrow_float(const at::Tensor& self) {
+  return self.is_floating_point() && self.scalar_type() != at::kDouble;
 }
 
 // The operand ATen's kernel on the device memory gets for `other`, or nullptr
@@ -122,6 +148,24 @@ struct InPlace final : Kernel {
   at::Tensor& self;
 };
 
+// Structured `Kernel`'s meta and impl on `args`, into a new device tensor.
+template <class Kernel, class... Args>
+at::Tensor run(const Args&... args) {
+  Functional<Kernel> op;
+  op.meta(args...);
+  op.impl(args..., op.output);
+  return std::move(op.output);
+}
+
+// The same, writing into `self`.
+template <class Kernel, class... Args>
+at::Tensor& run_in_place(at::Tensor& self, const Args&... args) {
+  InPlace<Kernel> op(self);
+  op.meta(self, args...);
+  op.impl(self, args..., self);
+  return self;
+}
+
 } // namespace
 
 at::Tensor add(const at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha) {
@@ -132,10 +176,7 @@ at::Tensor add(const at::Tensor& self, const at::Tensor& other, const c10::Scala
     return Fast::call(self, other, alpha);
   }
   Fast::account(self, other, alpha);
-  Functional<at::native::structured_ufunc_add_CPU> op;
-  op.meta(self, *operand, alpha);
-  op.impl(self, *operand, alpha, op.output);
-  return std::move(op.output);
+  return run<at::native::structured_ufunc_add_CPU>(self, *operand, alpha);
 }
 
 at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha) {
@@ -146,10 +187,7 @@ at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const c10::Scalar& a
     return Fast::call(self, other, alpha);
   }
   Fast::account(self, other, alpha);
-  InPlace<at::native::structured_ufunc_add_CPU> op(self);
-  op.meta(self, *operand, alpha);
-  op.impl(self, *operand, alpha, self);
-  return self;
+  return run_in_place<at::native::structured_ufunc_add_CPU>(self, *operand, alpha);
 }
 
 at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
@@ -160,10 +198,7 @@ at::Tensor mul(const at::Tensor& self, const at::Tensor& other) {
     return Fast::call(self, other);
   }
   Fast::account(self, other);
-  Functional<at::native::structured_mul_out> op;
-  op.meta(self, *operand);
-  op.impl(self, *operand, op.output);
-  return std::move(op.output);
+  return run<at::native::structured_mul_out>(self, *operand);
 }
 
 at::Tensor& mul_(at::Tensor& self, const at::Tensor& other) {
@@ -174,10 +209,7 @@ at::Tensor& mul_(at::Tensor& self, const at::Tensor& other) {
     return Fast::call(self, other);
   }
   Fast::account(self, other);
-  InPlace<at::native::structured_mul_out> op(self);
-  op.meta(self, *operand);
-  op.impl(self, *operand, self);
-  return self;
+  return run_in_place<at::native::structured_mul_out>(self, *operand);
 }
 
 at::Tensor& fill_(at::Tensor& self, const c10::Scalar& value) {
@@ -189,10 +221,52 @@ at::Tensor& fill_(at::Tensor& self, const c10::Scalar& value) {
   return at::native::fill_(self, value);
 }
 
+at::Tensor neg(const at::Tensor& self) {
+  using Fast = FastKernel<at::_ops::neg>;
+  if (is_64bit(self.scalar_type())) {
+    return Fast::call(self);
+  }
+  Fast::account(self);
+  return run<at::native::structured_neg_out>(self);
+}
+
+at::Tensor rsqrt(const at::Tensor& self) {
+  using Fast = FastKernel<at::_ops::rsqrt>;
+  if (!is_narrow_float(self)) {
+    return Fast::call(self);
+  }
+  Fast::account(self);
+  return run<at::native::structured_rsqrt_out>(self);
+}
+
+at::Tensor silu(const at::Tensor& self) {
+  using Fast = FastKernel<at::_ops::silu>;
+  if (!is_narrow_float(self)) {
+    return Fast::call(self);
+  }
+  Fast::account(self);
+  return run<at::native::structured_silu_out>(self);
+}
+
+// A real exponent keeps a float base's dtype; a complex one makes a complex
+// result, which the iterator here would not cast into.
+at::Tensor pow(const at::Tensor& self, const c10::Scalar& exponent) {
+  using Fast = FastKernel<at::_ops::pow_Tensor_Scalar>;
+  if (!is_narrow_float(self) || exponent.isComplex()) {
+    return Fast::call(self, exponent);
+  }
+  Fast::account(self, exponent);
+  return run<at::native::structured_pow_Tensor_Scalar_out>(self, exponent);
+}
+
 } // namespace torch_neuronx::native
 
 namespace at::native {
 REGISTER_PRIVATEUSE1_DISPATCH(add_stub, &torch_neuronx::native::add_on_host)
 REGISTER_PRIVATEUSE1_DISPATCH(mul_stub, &torch_neuronx::native::mul_on_host)
 REGISTER_PRIVATEUSE1_DISPATCH(fill_stub, &torch_neuronx::native::fill_on_host)
+REGISTER_PRIVATEUSE1_DISPATCH(neg_stub, &torch_neuronx::native::neg_on_host)
+REGISTER_PRIVATEUSE1_DISPATCH(rsqrt_stub, &torch_neuronx::native::rsqrt_on_host)
+REGISTER_PRIVATEUSE1_DISPATCH(silu_stub, &torch_neuronx::native::silu_on_host)
+REGISTER_PRIVATEUSE1_DISPATCH(pow_tensor_scalar_stub, &torch_neuronx::native::pow_on_host)
 } // namespace at::native
