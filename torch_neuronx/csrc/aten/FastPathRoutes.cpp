@@ -39,6 +39,14 @@ void register_fast(torch::Library& m) {
   register_kernel<Op>(m, TORCH_FN(native::FastKernel<Op>::call));
 }
 
+// ATen's kernel on the device memory (TensorIteratorOps.cpp) where it is
+// compiled; elsewhere the op keeps the fast path (Native.h says why).
+#ifdef TORCH_NEURONX_TENSOR_ITERATOR_OPS_ON_DEVICE
+#define REGISTER_ON_DEVICE(Op, kernel) register_kernel<Op>(m, TORCH_FN(kernel))
+#else
+#define REGISTER_ON_DEVICE(Op, kernel) register_fast<Op>(m)
+#endif
+
 } // namespace
 
 std::vector<std::string> fast_path_ops() {
@@ -51,17 +59,17 @@ std::vector<std::string> fast_path_ops() {
 // variant is listed only where it is the op's kernel (arange).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // pointwise
-  register_kernel<at::_ops::add_Tensor>(m, TORCH_FN(native::add)); // TensorIteratorOps.cpp
-  register_kernel<at::_ops::add__Tensor>(m, TORCH_FN(native::add_)); // TensorIteratorOps.cpp
+  REGISTER_ON_DEVICE(at::_ops::add_Tensor, native::add);
+  REGISTER_ON_DEVICE(at::_ops::add__Tensor, native::add_);
   register_fast<at::_ops::sub_Tensor>(m);
   register_fast<at::_ops::sub__Tensor>(m);
-  register_kernel<at::_ops::mul_Tensor>(m, TORCH_FN(native::mul)); // TensorIteratorOps.cpp
-  register_kernel<at::_ops::mul__Tensor>(m, TORCH_FN(native::mul_)); // TensorIteratorOps.cpp
+  REGISTER_ON_DEVICE(at::_ops::mul_Tensor, native::mul);
+  REGISTER_ON_DEVICE(at::_ops::mul__Tensor, native::mul_);
   register_fast<at::_ops::div_Tensor>(m);
   register_fast<at::_ops::div__Tensor>(m);
-  register_kernel<at::_ops::pow_Tensor_Scalar>(m, TORCH_FN(native::pow)); // TensorIteratorOps.cpp
-  register_kernel<at::_ops::neg>(m, TORCH_FN(native::neg)); // TensorIteratorOps.cpp
-  register_kernel<at::_ops::rsqrt>(m, TORCH_FN(native::rsqrt)); // TensorIteratorOps.cpp
+  REGISTER_ON_DEVICE(at::_ops::pow_Tensor_Scalar, native::pow);
+  REGISTER_ON_DEVICE(at::_ops::neg, native::neg);
+  REGISTER_ON_DEVICE(at::_ops::rsqrt, native::rsqrt);
   register_fast<at::_ops::sqrt>(m);
   register_fast<at::_ops::exp>(m);
   register_fast<at::_ops::log>(m);
@@ -69,14 +77,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_fast<at::_ops::cos>(m);
   register_fast<at::_ops::tanh>(m);
   register_fast<at::_ops::sigmoid>(m);
-  register_kernel<at::_ops::silu>(m, TORCH_FN(native::silu)); // TensorIteratorOps.cpp
+  REGISTER_ON_DEVICE(at::_ops::silu, native::silu);
   register_fast<at::_ops::silu_backward>(m);
   register_fast<at::_ops::relu>(m);
   register_fast<at::_ops::gelu>(m);
   register_fast<at::_ops::gelu_backward>(m);
   register_fast<at::_ops::where_self>(m);
   register_fast<at::_ops::masked_fill__Scalar>(m);
-  register_kernel<at::_ops::fill__Scalar>(m, TORCH_FN(native::fill_)); // TensorIteratorOps.cpp
+  REGISTER_ON_DEVICE(at::_ops::fill__Scalar, native::fill_);
   register_fast<at::_ops::zero_>(m);
   register_fast<at::_ops::lerp__Scalar>(m);
   register_fast<at::_ops::addcmul_>(m);
@@ -129,5 +137,6 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_fast<at::_ops::any>(m);
   register_fast<at::_ops::_scaled_dot_product_flash_attention_for_cpu>(m);
 }
+#undef REGISTER_ON_DEVICE
 
 } // namespace torch_neuronx

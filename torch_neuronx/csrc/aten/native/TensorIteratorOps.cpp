@@ -20,15 +20,18 @@
 // raises the usual mixed-device error).
 //
 // Compiled on its own (in no unity unit of setup.py): it declares the CPU
-// kernel variants libtorch is built with on x86 before any PyTorch header, so
-// that calling a stub links against the DispatchStubImpl functions libtorch
-// exports (their signature lists one pointer per variant).
+// kernel variants libtorch is built with on x86-64 before any PyTorch header,
+// so that calling a stub links against the DispatchStubImpl functions libtorch
+// exports (their signature lists one pointer per variant). On other machines
+// the file is empty and these ops keep the fast path (Native.h).
 #if defined(__x86_64__)
 #define HAVE_AVX512_CPU_DEFINITION
 #define HAVE_AVX2_CPU_DEFINITION
 #endif
-#include "aten/native/FastPath.h"
 #include "aten/native/Native.h"
+
+#ifdef TORCH_NEURONX_TENSOR_ITERATOR_OPS_ON_DEVICE
+#include "aten/native/FastPath.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Activation.h>
@@ -270,3 +273,5 @@ REGISTER_PRIVATEUSE1_DISPATCH(rsqrt_stub, &torch_neuronx::native::rsqrt_on_host)
 REGISTER_PRIVATEUSE1_DISPATCH(silu_stub, &torch_neuronx::native::silu_on_host)
 REGISTER_PRIVATEUSE1_DISPATCH(pow_tensor_scalar_stub, &torch_neuronx::native::pow_on_host)
 } // namespace at::native
+
+#endif // TORCH_NEURONX_TENSOR_ITERATOR_OPS_ON_DEVICE
