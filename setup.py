@@ -26,8 +26,7 @@ CSRC = os.path.join("torch_neuronx", "csrc")
 # sorted order: the static initialisers (route tables, fork handlers) then run in the same
 # order as in a file-by-file build. Files that define the same name in an anonymous namespace
 # (each fork handler is `g_fork_handler`) sit in different units. A file in no unit is
-# compiled on its own. aten/native/TensorIteratorOps.cpp must be: it defines macros
-# before PyTorch's headers.
+# compiled on its own.
 UNITY_UNITS = {
     "aten_routes_a": ["aten/AttentionRoutes.cpp", "aten/AutocastRoutes.cpp", "aten/CpuFallbackRoutes.cpp"],
     "aten_routes_b": ["aten/FastPathRoutes.cpp", "aten/MemoryFormatRoutes.cpp", "aten/NativeRoutes.cpp"],

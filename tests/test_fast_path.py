@@ -378,8 +378,8 @@ def test_tensor_iterator_ops_match_cpu(op, other, dtype):
         assert got is x
 
 
-# The unary ones run there for float32/bf16/f16 inputs (integers, which their iterator promotes
-# to float, and float64 take the fast path); pow also for exponents the kernel special-cases.
+# Unary ones: integer inputs are promoted to float by their iterator; pow's exponents 0 and 1 are
+# special-cased by its kernel (fill_, copy_).
 UNARY_TENSOR_ITERATOR_OPS = {
     "neg": torch.neg,
     "rsqrt": torch.rsqrt,

@@ -3,13 +3,9 @@
 // The boxed fallback boxes every argument into an IValue stack, and copying
 // a tensor Python owns takes the GIL; for the ops that dominate eager
 // training and generation these kernels skip the boxing, with the same
-// aliasing, accounting and result mapping as the fallback. The hottest
-// TensorIterator ops (marked below) first try ATen's kernel on the device
-// memory itself (native/TensorIteratorOps.cpp), which falls back to the same
-// unboxed kernel.
+// aliasing, accounting and result mapping as the fallback.
 #include "aten/Routes.h"
 #include "aten/native/FastPath.h"
-#include "aten/native/Native.h"
 
 #include <torch/library.h>
 
@@ -24,28 +20,15 @@ std::vector<std::string>& registered() {
   return names;
 }
 
-template <class Op, class Kernel>
-void register_kernel(torch::Library& m, Kernel kernel) {
+template <class Op>
+void register_fast(torch::Library& m) {
   std::string name = Op::name;
   if (std::strlen(Op::overload_name) > 0) {
     name = name + "." + Op::overload_name;
   }
-  m.impl(name.substr(std::strlen("aten::")).c_str(), kernel);
+  m.impl(name.substr(std::strlen("aten::")).c_str(), TORCH_FN(native::FastKernel<Op>::call));
   registered().push_back(std::move(name));
 }
-
-template <class Op>
-void register_fast(torch::Library& m) {
-  register_kernel<Op>(m, TORCH_FN(native::FastKernel<Op>::call));
-}
-
-// ATen's kernel on the device memory (TensorIteratorOps.cpp) where it is
-// compiled; elsewhere the op keeps the fast path (Native.h says why).
-#ifdef TORCH_NEURONX_TENSOR_ITERATOR_OPS_ON_DEVICE
-#define REGISTER_ON_DEVICE(Op, kernel) register_kernel<Op>(m, TORCH_FN(kernel))
-#else
-#define REGISTER_ON_DEVICE(Op, kernel) register_fast<Op>(m)
-#endif
 
 } // namespace
 
@@ -59,17 +42,17 @@ std::vector<std::string> fast_path_ops() {
 // variant is listed only where it is the op's kernel (arange).
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // pointwise
-  REGISTER_ON_DEVICE(at::_ops::add_Tensor, native::add);
-  REGISTER_ON_DEVICE(at::_ops::add__Tensor, native::add_);
+  register_fast<at::_ops::add_Tensor>(m);
+  register_fast<at::_ops::add__Tensor>(m);
   register_fast<at::_ops::sub_Tensor>(m);
   register_fast<at::_ops::sub__Tensor>(m);
-  REGISTER_ON_DEVICE(at::_ops::mul_Tensor, native::mul);
-  REGISTER_ON_DEVICE(at::_ops::mul__Tensor, native::mul_);
+  register_fast<at::_ops::mul_Tensor>(m);
+  register_fast<at::_ops::mul__Tensor>(m);
   register_fast<at::_ops::div_Tensor>(m);
   register_fast<at::_ops::div__Tensor>(m);
-  REGISTER_ON_DEVICE(at::_ops::pow_Tensor_Scalar, native::pow);
-  REGISTER_ON_DEVICE(at::_ops::neg, native::neg);
-  REGISTER_ON_DEVICE(at::_ops::rsqrt, native::rsqrt);
+  register_fast<at::_ops::pow_Tensor_Scalar>(m);
+  register_fast<at::_ops::neg>(m);
+  register_fast<at::_ops::rsqrt>(m);
   register_fast<at::_ops::sqrt>(m);
   register_fast<at::_ops::exp>(m);
   register_fast<at::_ops::log>(m);
@@ -77,14 +60,14 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_fast<at::_ops::cos>(m);
   register_fast<at::_ops::tanh>(m);
   register_fast<at::_ops::sigmoid>(m);
-  REGISTER_ON_DEVICE(at::_ops::silu, native::silu);
+  register_fast<at::_ops::silu>(m);
   register_fast<at::_ops::silu_backward>(m);
   register_fast<at::_ops::relu>(m);
   register_fast<at::_ops::gelu>(m);
   register_fast<at::_ops::gelu_backward>(m);
   register_fast<at::_ops::where_self>(m);
   register_fast<at::_ops::masked_fill__Scalar>(m);
-  REGISTER_ON_DEVICE(at::_ops::fill__Scalar, native::fill_);
+  register_fast<at::_ops::fill__Scalar>(m);
   register_fast<at::_ops::zero_>(m);
   register_fast<at::_ops::lerp__Scalar>(m);
   register_fast<at::_ops::addcmul_>(m);
@@ -137,6 +120,5 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_fast<at::_ops::any>(m);
   register_fast<at::_ops::_scaled_dot_product_flash_attention_for_cpu>(m);
 }
-#undef REGISTER_ON_DEVICE
 
 } // namespace torch_neuronx

@@ -64,25 +64,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     std::array<bool, 3> output_mask);
 at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max);
 
-// ---- TensorIterator ops on the device memory itself (TensorIteratorOps.cpp)
-// Each falls back to its fast-path kernel (FastPath.h) when it cannot.
-// Calling ATen's CPU dispatch stubs links against a libtorch function whose
-// signature lists one pointer per CPU kernel variant the wheel was built with:
-// known for x86-64 (AVX2, AVX512) only, so elsewhere these ops keep the fast
-// path.
-#if defined(__x86_64__)
-#define TORCH_NEURONX_TENSOR_ITERATOR_OPS_ON_DEVICE
-at::Tensor add(const at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha);
-at::Tensor& add_(at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha);
-at::Tensor mul(const at::Tensor& self, const at::Tensor& other);
-at::Tensor& mul_(at::Tensor& self, const at::Tensor& other);
-at::Tensor& fill_(at::Tensor& self, const c10::Scalar& value);
-at::Tensor neg(const at::Tensor& self);
-at::Tensor rsqrt(const at::Tensor& self);
-at::Tensor silu(const at::Tensor& self);
-at::Tensor pow(const at::Tensor& self, const c10::Scalar& exponent);
-#endif
-
 // ---- the device's memory-format rule (MemoryFormat.cpp) --------------------
 at::Tensor clone(const at::Tensor& self, std::optional<c10::MemoryFormat> format);
 at::Tensor to_copy(
