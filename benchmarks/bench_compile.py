@@ -169,11 +169,11 @@ def decode(rounds: int = 16, compiled: bool = True, size=None) -> dict:
     from transformers import StaticCache
 
     from benchmarks import adapters, workloads
-    from benchmarks.model import FULL, build_model, token_batch
+    from benchmarks.model import FULL, build_model, decode_prompt
 
     torch.set_num_threads(1)
     size = size or FULL
-    prompt = token_batch(size, size.prompt, 10_000)[:1]
+    prompt = decode_prompt(size)
     sides = ((("inductor", adapters.CpuInductor()), ("neuron", adapters.NeuronCompiled())) if compiled
              else (("cpu", adapters.Adapter()), ("neuron", adapters.NeuronEager(accounting=True))))
     runs = {}  # (what, side) -> one request: (TTFT s, per-token s list, tokens)

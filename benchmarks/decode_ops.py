@@ -35,7 +35,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from benchmarks.model import SIZES, build_model, static_greedy, token_batch
+from benchmarks.model import SIZES, eager_decoder, static_greedy
 
 
 def _round(model, prompt, settings) -> tuple[dict[str, tuple[int, float]], float]:
@@ -47,19 +47,13 @@ def _round(model, prompt, settings) -> tuple[dict[str, tuple[int, float]], float
     return {e.key: (e.count, e.self_cpu_time_total) for e in prof.key_averages()}, wall
 
 
-def _decoder(size, device: str):
-    model = build_model(size).to(device).eval()
-    model.generation_config.disable_compile = True
-    return model, token_batch(size, size.prompt, 10_000)[:1].to(device)
-
-
 def measure(size_name: str = "full", rounds: int = 3) -> dict:
     size = SIZES[size_name]
     import torch_neuronx  # noqa: F401  (registers the device)
 
     models, prompts = {}, {}
     for device in ("cpu", "neuron"):
-        models[device], prompts[device] = _decoder(size, device)
+        models[device], prompts[device] = eager_decoder(size, device)
     settings = static_greedy(size.new_tokens)
     totals = {d: {} for d in models}
     wall = {d: 0.0 for d in models}
@@ -187,7 +181,7 @@ def replay(size_name: str = "full", loops: int = 200) -> dict:
     size = SIZES[size_name]
     import torch_neuronx  # noqa: F401  (registers the device)
 
-    model, prompt = _decoder(size, "cpu")
+    model, prompt = eager_decoder(size, "cpu")
     recorder = _Recorder()
     with torch.no_grad():
         model.generate(prompt, **static_greedy(size.new_tokens))  # warm-up: the static cache's first allocation

@@ -61,15 +61,13 @@ def run_workload(workload: str, device: str, count: int, toggle, size: str = "fu
             op()
         toggle()
         return
-    from benchmarks.model import SIZES, build_model, static_greedy, token_batch
+    from benchmarks.model import SIZES, eager_decoder, static_greedy
 
     model_size = SIZES[size]
     if workload == "train":
         _train_steps(model_size, device, count, toggle)
         return
-    model = build_model(model_size).to(device).eval()
-    model.generation_config.disable_compile = True
-    prompt = token_batch(model_size, model_size.prompt, 10_000)[:1].to(device)
+    model, prompt = eager_decoder(model_size, device)
     settings = static_greedy(count)
     with torch.no_grad():
         model.generate(prompt, **settings)  # warm-up: the static cache, the kernel signatures

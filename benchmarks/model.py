@@ -89,6 +89,19 @@ def token_batch(size: Size, seq: int, step: int):
     return torch.randint(3, size.vocab, (size.batch, seq), generator=gen)
 
 
+def decode_prompt(size: Size):
+    """The one-sequence prompt of every timed decode request (seeded, on CPU)."""
+    return token_batch(size, size.prompt, 10_000)[:1]
+
+
+def eager_decoder(size: Size, device: str):
+    """The suite's model on ``device`` for uncompiled static-cache decoding, with its prompt there
+    (``disable_compile``: Transformers would otherwise compile a static-cache decode itself)."""
+    model = build_model(size).to(device).eval()
+    model.generation_config.disable_compile = True
+    return model, decode_prompt(size).to(device)
+
+
 def static_greedy(new_tokens: int) -> dict:
     """``generate()`` settings of every static-cache request the benchmarks time: greedy, exactly
     ``new_tokens`` new tokens (no early stop at an end-of-sequence token)."""

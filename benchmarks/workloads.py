@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from .model import Size, build_model, padded_length, static_greedy, token_batch, varlen_lengths
+from .model import Size, build_model, decode_prompt, padded_length, static_greedy, token_batch, varlen_lengths
 from .report import in_thread_cpu_time
 from .xla_env import REPO
 
@@ -171,7 +171,7 @@ def generate(adapter, size: Size) -> dict:
     model.eval()
     forward = adapter.compile(model)
     cache = StaticCache(config=model.config, max_cache_len=size.prompt + size.new_tokens)
-    prompt = token_batch(size, size.prompt, 10_000)[:1]
+    prompt = decode_prompt(size)
     before = adapter.compilations()
     ttft_cold, _, _ = _generate_once(adapter, forward, cache, prompt, size.new_tokens)
     # The first request fills a lazily allocated cache; a graph traced before that differs
@@ -235,7 +235,7 @@ def generate_static(adapter, size: Size) -> dict:
     """
     model = adapter.place(build_model(size))
     model.eval()
-    prompt = token_batch(size, size.prompt, 10_000)[:1].to(adapter.device)
+    prompt = decode_prompt(size).to(adapter.device)
     ttfts, per_token, tokens_per_s = [], [], []
     with torch.no_grad():
         _static_generate_once(adapter, model, prompt, size.new_tokens)  # warm-up: builds the cache, compiles kernels
