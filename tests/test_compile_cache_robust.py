@@ -35,7 +35,8 @@ _CHILD = textwrap.dedent(
 )
 # Before _CHILD: once the import has chosen where graphs compile (a directory made at import when
 # the configured cache is unusable), that directory gets the compiler set-up of the compile
-# directory argv[2] (children.seed_toolchain). A set-up put anywhere else is still built.
+# directory argv[2] (children.seed_toolchain). It goes only where the library says it compiles:
+# a library looking elsewhere builds the set-up again, one pointing at the unusable path still fails.
 _SEEDED_AT_IMPORT = textwrap.dedent(
     """
     import os, sys
