@@ -77,14 +77,14 @@ def stop(procs: Iterable[subprocess.Popen]) -> None:
             proc.communicate()
 
 
-def seed_toolchain(cache: Path, into: Path) -> None:
-    """Give the compile cache ``into`` Inductor's one-off set-up found in the compile cache
-    ``cache`` (a ``TORCH_NEURONX_NEFF_CACHE_DIR``): its precompiled headers (a 150 MB header
-    rebuilt in seconds of C++ per cache) and its vector-ISA probe libraries. They describe this
-    machine's compiler, not a compiled graph, so a cache cold for graphs may start with them.
-    A header is renamed into place once built and a probe cut short is rebuilt
-    (``compile/artifacts.py``), so a cache another process is filling is safe to seed from."""
-    source, target = cache / "compile", into / "compile"
+def seed_toolchain(source: Path, target: Path) -> None:
+    """Give the compile directory ``target`` Inductor's one-off set-up found in the compile
+    directory ``source`` (``compile/`` of a ``TORCH_NEURONX_NEFF_CACHE_DIR``, or the Inductor
+    cache directory a process was given): its precompiled headers (a 150 MB header rebuilt in
+    seconds of C++ per cache) and its vector-ISA probe libraries. They describe this machine's
+    compiler, not a compiled graph, so a cache cold for graphs may start with them. A header is
+    renamed into place once built and a probe cut short is rebuilt (``compile/artifacts.py``), so
+    a cache another process is filling is safe to seed from."""
     if (source / "precompiled_headers").is_dir():
         shutil.copytree(source / "precompiled_headers", target / "precompiled_headers",
                         ignore=shutil.ignore_patterns(".tmp-*"))

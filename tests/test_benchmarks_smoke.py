@@ -98,18 +98,22 @@ def test_smoke_suite_writes_json_and_markdown_with_complete_rows(smoke_suite):
 
 
 def _warm_suite(folder: Path, environ: dict[str, str]) -> dict:
-    """Two rounds of the compiled backend's smoke training step: one cold, one warm (the runner
-    treats ``cpu_inductor`` the same way: ``test_benchmark_stats`` checks the two plans agree)."""
+    """Two rounds of the compiled backend's smoke ``compiled_in_process`` cell, cold then warm, as
+    the suite runs them. The cell compiles the training and decode graphs of CPU Inductor and neuron
+    in one process, so the warm round checks both backends' graphs (the runner plans ``cpu_inductor``
+    the same way: ``test_benchmark_stats``); its two cells are also the ones the
+    ``compiled_in_process`` test checks, so the suite compiles those graphs once, not twice."""
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--smoke", "--only", "neuron_compiled,train", "--pairs", "2",
-         "--compiled-pairs", "2", "--out", str(folder)], cwd=REPO, env=environ, capture_output=True,
-        text=True, timeout=600)
+        [sys.executable, "-m", "benchmarks", "--smoke", "--only", "neuron_compiled,compiled_in_process",
+         "--pairs", "2", "--compiled-pairs", "2", "--out", str(folder)], cwd=REPO, env=environ,
+        capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads((folder / "results.json").read_text())
 
 
-# A child process needing nothing from the tests before it.
-warm_suite = children.lane_fixture("warm_suite", _warm_suite, folder_prefix="torchneuron-bench-warm-")
+# A child process needing nothing from the tests before it; two tests read its cells.
+warm_suite = children.lane_fixture("warm_suite", _warm_suite, folder_prefix="torchneuron-bench-warm-",
+                                   scope="module")
 
 
 @pytest.mark.slow
@@ -206,38 +210,23 @@ def test_one_process_rows_pool_each_processs_ratio_over_processes():
     assert unmeasured["ratio"] is None and unmeasured["missing"] == "neuron/decode_in_process"
 
 
-def _compiled_cell(folder: Path, environ: dict[str, str]) -> dict:
-    """The smoke model's ``compiled_in_process`` cell, as the suite's worker process makes it: its
-    four compilations (training and decode graphs, both backends) are most of a minute, which the
-    background lane overlaps with the other tests."""
-    out = folder / "cell.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.worker", "--backend", "neuron_compiled", "--workload",
-         "compiled_in_process", "--size", "smoke", "--out", str(out)], cwd=REPO, env=environ,
-        capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(out.read_text())
-
-
-# A child process needing nothing from the tests before it.
-compiled_cell = children.lane_fixture("compiled_cell", _compiled_cell, folder_prefix="torchneuron-bench-cell-")
-
-
 @pytest.mark.slow
-def test_compiled_in_process_workload_reports_the_training_step_and_decode_of_both_backends(compiled_cell):
-    """The suite's ``compiled_in_process`` cell: CPU Inductor and neuron compiled in one process,
-    the same losses and tokens on both sides, per process one ratio per path inside its interval
-    and both sides' medians; ``--issue27`` runs it, on ``neuron_compiled`` only."""
-    assert compiled_cell["status"] == "ok", compiled_cell.get("reason")
-    metrics, info = compiled_cell["metrics"], compiled_cell["info"]
-    assert info["train"]["same_loss"] is True and info["loop"]["same_tokens"] is True
-    for what, median in (("train", "step_ms"), ("loop", "per_token_ms")):
-        low, high = info[what]["ratio_interval"]
-        assert 0 < low <= metrics[f"{what}_ratio"] <= high
-        assert metrics[f"{what}_inductor_{median}"] > 0 and metrics[f"{what}_neuron_{median}"] > 0
-    # Both sides ran their compiled graphs: the generated code's host buffers, counted per request.
-    calls = info["host_calls_per_request"]
-    assert calls["neuron"]["empty_strided_cpu"] > 0 and calls["inductor"]["empty_strided_cpu"] > 0
+def test_compiled_in_process_workload_reports_the_training_step_and_decode_of_both_backends(warm_suite):
+    """The suite's ``compiled_in_process`` cell, in a cold process and in a warm one (its graphs
+    from the cache): CPU Inductor and neuron compiled in one process, the same losses and tokens on
+    both sides, per process one ratio per path inside its interval and both sides' medians;
+    ``--issue27`` runs it, on ``neuron_compiled`` only."""
+    for cell in warm_suite["raw"]:
+        assert cell["status"] == "ok", (cell["cache"], cell.get("reason"))
+        metrics, info = cell["metrics"], cell["info"]
+        assert info["train"]["same_loss"] is True and info["loop"]["same_tokens"] is True, cell["cache"]
+        for what, median in (("train", "step_ms"), ("loop", "per_token_ms")):
+            low, high = info[what]["ratio_interval"]
+            assert 0 < low <= metrics[f"{what}_ratio"] <= high
+            assert metrics[f"{what}_inductor_{median}"] > 0 and metrics[f"{what}_neuron_{median}"] > 0
+        # Both sides ran their compiled graphs: the generated code's host buffers, counted per request.
+        calls = info["host_calls_per_request"]
+        assert calls["neuron"]["empty_strided_cpu"] > 0 and calls["inductor"]["empty_strided_cpu"] > 0
     assert "compiled_in_process" in parse_only(ISSUE_27)[1]
     assert [b.name for b in BY_NAME.values() if "compiled_in_process" in b.workloads] == ["neuron_compiled"]
     # Each of the two paths is one of issue 27's one-process rows, with the compiled limit.

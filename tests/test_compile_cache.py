@@ -57,12 +57,12 @@ def _round_trip(folder: Path, environ: dict[str, str]) -> dict:
     empty cache: three fresh interpreters, one after the other."""
     artifacts = folder / "artifacts.bin"
     # Cold for graphs; the compiler set-up the session already built is not what this checks.
-    children.seed_toolchain(Path(environ["TORCH_NEURONX_NEFF_CACHE_DIR"]), folder / "cache")
+    children.seed_toolchain(Path(environ["TORCH_NEURONX_NEFF_CACHE_DIR"]) / "compile", folder / "cache" / "compile")
     cold = _run(folder / "cache", "save", artifacts, environ)
     fx_graphs = any((folder / "cache" / "compile" / "fxgraph").rglob("*"))
     warm = _run(folder / "cache", "plain", artifacts, environ)
     # A machine with an empty cache (its compiler set-up seeded), given the saved artifacts.
-    children.seed_toolchain(folder / "cache", folder / "other-cache")
+    children.seed_toolchain(folder / "cache" / "compile", folder / "other-cache" / "compile")
     loaded = _run(folder / "other-cache", "load", artifacts, environ)
     return {"folder": folder, "cold": cold, "fx_graphs": fx_graphs, "warm": warm, "artifacts": artifacts,
             "loaded": loaded}

@@ -33,15 +33,32 @@ _CHILD = textwrap.dedent(
                       "hits": m["cache_hits"], "misses": m["cache_misses"]}))
     """
 )
+# Before _CHILD: once the import has chosen where graphs compile (a directory made at import when
+# the configured cache is unusable), that directory gets the compiler set-up of the compile
+# directory argv[2] (children.seed_toolchain). It goes only where the library says it compiles:
+# a library looking elsewhere builds the set-up again, one pointing at the unusable path still fails.
+_SEEDED_AT_IMPORT = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    import torch_neuronx
+    sys.path.insert(0, sys.argv[1])
+    import children
+    children.seed_toolchain(Path(sys.argv[2]), Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]))
+    """
+)
 _UNUSABLE = "compiled graphs are not kept between runs"
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _run(neff_cache_dir: Path, environ: dict[str, str]) -> tuple[dict, str]:
+def _run(neff_cache_dir: Path, environ: dict[str, str], toolchain: Path | None = None) -> tuple[dict, str]:
+    """_CHILD in a fresh interpreter; with ``toolchain``, the compile directory it picks at import
+    seeded from that compile directory."""
     env = {k: v for k, v in environ.items() if not k.startswith("TORCHINDUCTOR_")}
     env.pop("TORCHNEURON_CHOSEN_INDUCTOR_CACHE_DIR", None)
     env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(neff_cache_dir)
-    proc = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=600,
+    code = [_CHILD] if toolchain is None else [_SEEDED_AT_IMPORT + _CHILD, str(Path(__file__).parent), str(toolchain)]
+    proc = subprocess.run([sys.executable, "-c", *code], env=env, capture_output=True, text=True, timeout=600,
                           cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -91,10 +108,11 @@ def _scenarios(base: Path, environ: dict[str, str]) -> dict:
     a_file.write_text("the user's file")
     warmed = base / "warmed" / "cache"
     # Cold for graphs; the compiler set-up the session already built is not what this checks.
-    children.seed_toolchain(Path(environ["TORCH_NEURONX_NEFF_CACHE_DIR"]), warmed)
+    session = Path(environ["TORCH_NEURONX_NEFF_CACHE_DIR"]) / "compile"
+    children.seed_toolchain(session, warmed / "compile")
     with ThreadPoolExecutor(max_workers=2) as pool:
         filled = pool.submit(_run, warmed, environ)
-        outcomes = {"unusable": pool.submit(_run, a_file, environ), "filled": filled,
+        outcomes = {"unusable": pool.submit(_run, a_file, environ, session), "filled": filled,
                     **{name: pool.submit(_on_a_copy, filled, warmed, base / name, scenario, environ)
                        for name, scenario in (("truncated", _truncated_library_runs),
                                               ("corrupt", _corrupt_entry_runs))}}
