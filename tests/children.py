@@ -134,10 +134,12 @@ class Lane:
 background = Lane()
 
 
-def lane_fixture(name: str, job: Callable, *, folder_prefix: str | None = None, scope: str = "function"):
+def lane_fixture(name: str, job: Callable, *, folder_prefix: str | None = None):
     """The fixture ``name`` giving the outcome of ``job(folder, environ)`` (``job(environ)``
-    without ``folder_prefix``): a new temporary folder, removed after the last test using it,
-    and ``os.environ`` as it was when the job was queued. The job is queued on the background
+    without ``folder_prefix``): a new temporary folder, removed after the module's last test,
+    and ``os.environ`` as it was when the job was queued. Module-scoped: the lane runs a job
+    once, so every test of the module using the fixture shares that one outcome (a narrower
+    scope would silently run the job again, in the foreground, for each further test). The job is queued on the background
     lane once collection is done when a selected test uses the fixture (``queue_lane_jobs``,
     called by conftest.py); the fixture runs it itself otherwise."""
     key = (job.__module__, name)
@@ -156,7 +158,7 @@ def lane_fixture(name: str, job: Callable, *, folder_prefix: str | None = None, 
             shutil.rmtree(args[0], ignore_errors=True)
 
     _lane_jobs[key] = (run, arguments)
-    return pytest.fixture(scope=scope, name=name)(fixture)
+    return pytest.fixture(scope="module", name=name)(fixture)
 
 
 _lane_jobs: dict[tuple[str, str], tuple[Callable, Callable]] = {}

@@ -112,8 +112,7 @@ def _warm_suite(folder: Path, environ: dict[str, str]) -> dict:
 
 
 # A child process needing nothing from the tests before it; two tests read its cells.
-warm_suite = children.lane_fixture("warm_suite", _warm_suite, folder_prefix="torchneuron-bench-warm-",
-                                   scope="module")
+warm_suite = children.lane_fixture("warm_suite", _warm_suite, folder_prefix="torchneuron-bench-warm-")
 
 
 @pytest.mark.slow

@@ -43,7 +43,11 @@ LANE_MODULE = '''
 import children
 
 
+runs = []
+
+
 def _answer(environ):
+    runs.append(environ)
     return 6 * 7
 
 
@@ -52,6 +56,10 @@ answer = children.lane_fixture("answer", _answer)
 
 def test_takes_a_lane_outcome(answer):
     assert answer == 42
+
+
+def test_a_second_test_shares_the_one_run(answer):
+    assert answer == 42 and len(runs) == 1
 '''
 
 # The suite's hooks, loaded under another name (this folder's conftest is itself "conftest").
@@ -92,14 +100,14 @@ probe_session = children.lane_fixture("probe_session", _probe_session, folder_pr
 def test_a_child_process_module_reports_what_its_child_found_and_runs_last(probe_session):
     out = probe_session.stdout
     assert probe_session.returncode == 1, out + probe_session.stderr
-    assert "1 failed, 3 passed, 1 skipped, 1 xfailed" in out, out
+    assert "1 failed, 4 passed, 1 skipped, 1 xfailed" in out, out
     # The failure shows the child's assertion and message; skip and xfail keep their reasons.
     assert "in a child pytest" in out and "the child's own message" in out and "assert [1, 2] == [1, 3]" in out
     assert "skipped in the child" in out and "known in the child" in out
-    # The plain module runs first, then the one taking a lane job's outcome, the child_process
-    # module last: the lane had the session to run beside them.
+    # The plain module runs first, then the one taking a lane job's outcome (its two tests share
+    # the job's one run), the child_process module last: the lane had the session to run beside them.
     order = [line.split("::")[0] for line in out.splitlines() if "::test_" in line and "PASSED" in line]
-    assert order == ["test_b_plain.py", "test_a_lane.py", "test_a_child.py"], out
+    assert order == ["test_b_plain.py", "test_a_lane.py", "test_a_lane.py", "test_a_child.py"], out
 
 
 def test_a_child_with_no_report_fails_each_test_with_its_output(tmp_path):

@@ -120,7 +120,7 @@ def _scenarios(base: Path, environ: dict[str, str]) -> dict:
 
 
 # The scenarios need nothing from the tests before them.
-runs = children.lane_fixture("runs", _scenarios, folder_prefix="torchneuron-robust-", scope="module")
+runs = children.lane_fixture("runs", _scenarios, folder_prefix="torchneuron-robust-")
 
 
 def test_first_run_compiles_both_graphs_into_the_cache(runs):

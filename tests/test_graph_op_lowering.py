@@ -336,7 +336,7 @@ def _compile_error_runs(folder: Path, environ: dict[str, str]) -> dict:
 
 # Child processes needing nothing from the tests before them.
 compile_error_runs = children.lane_fixture("compile_error_runs", _compile_error_runs,
-                                           folder_prefix="torchneuron-compile-errors-", scope="module")
+                                           folder_prefix="torchneuron-compile-errors-")
 
 
 def test_a_compile_error_then_a_normal_exit_returns_the_scripts_own_code(compile_error_runs):
