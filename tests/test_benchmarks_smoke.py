@@ -215,6 +215,7 @@ def test_compiled_in_process_workload_reports_the_training_step_and_decode_of_bo
     from the cache): CPU Inductor and neuron compiled in one process, the same losses and tokens on
     both sides, per process one ratio per path inside its interval and both sides' medians;
     ``--issue27`` runs it, on ``neuron_compiled`` only."""
+    assert [cell["cache"] for cell in warm_suite["raw"]] == ["cold", "warm"]
     for cell in warm_suite["raw"]:
         assert cell["status"] == "ok", (cell["cache"], cell.get("reason"))
         metrics, info = cell["metrics"], cell["info"]
