@@ -137,11 +137,11 @@ background = Lane()
 def lane_fixture(name: str, job: Callable, *, folder_prefix: str | None = None):
     """The fixture ``name`` giving the outcome of ``job(folder, environ)`` (``job(environ)``
     without ``folder_prefix``): a new temporary folder, removed after the module's last test,
-    and ``os.environ`` as it was when the job was queued. Module-scoped: the lane runs a job
-    once, so every test of the module using the fixture shares that one outcome (a narrower
-    scope would silently run the job again, in the foreground, for each further test). The job is queued on the background
+    and ``os.environ`` as it was when the job was queued. The job is queued on the background
     lane once collection is done when a selected test uses the fixture (``queue_lane_jobs``,
-    called by conftest.py); the fixture runs it itself otherwise."""
+    called by conftest.py); the fixture runs it itself otherwise. Module-scoped: the lane runs a
+    job once, so every test of the module using the fixture shares that one outcome (a narrower
+    scope would silently run the job again, in the foreground, for each further test)."""
     key = (job.__module__, name)
 
     def arguments() -> tuple:
