@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import children
+from torch_neuronx.runtime.cache_dirs import compile_dir
 
 pytestmark = pytest.mark.slow
 
@@ -57,12 +58,12 @@ def _round_trip(folder: Path, environ: dict[str, str]) -> dict:
     empty cache: three fresh interpreters, one after the other."""
     artifacts = folder / "artifacts.bin"
     # Cold for graphs; the compiler set-up the session already built is not what this checks.
-    children.seed_toolchain(Path(environ["TORCH_NEURONX_NEFF_CACHE_DIR"]) / "compile", folder / "cache" / "compile")
+    children.seed_toolchain(compile_dir(environ["TORCH_NEURONX_NEFF_CACHE_DIR"]), compile_dir(folder / "cache"))
     cold = _run(folder / "cache", "save", artifacts, environ)
-    fx_graphs = any((folder / "cache" / "compile" / "fxgraph").rglob("*"))
+    fx_graphs = any((compile_dir(folder / "cache") / "fxgraph").rglob("*"))
     warm = _run(folder / "cache", "plain", artifacts, environ)
     # A machine with an empty cache (its compiler set-up seeded), given the saved artifacts.
-    children.seed_toolchain(folder / "cache" / "compile", folder / "other-cache" / "compile")
+    children.seed_toolchain(compile_dir(folder / "cache"), compile_dir(folder / "other-cache"))
     loaded = _run(folder / "other-cache", "load", artifacts, environ)
     return {"folder": folder, "cold": cold, "fx_graphs": fx_graphs, "warm": warm, "artifacts": artifacts,
             "loaded": loaded}

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import children
+from torch_neuronx.runtime import cache_dirs
 
 pytestmark = pytest.mark.slow
 
@@ -71,11 +72,11 @@ def _truncated_library_runs(cache: Path, environ: dict[str, str]) -> dict:
     then a run, and another."""
     # Every library, including Inductor's vector-ISA probe: a truncated probe used to make the
     # process believe the CPU had no AVX and build vectorised kernels without the ISA flags.
-    libraries = [p for p in (cache / "compile").rglob("*.so") if "precompiled_headers" not in p.parts]
+    libraries = [p for p in cache_dirs.compile_dir(cache).rglob("*.so") if "precompiled_headers" not in p.parts]
     for lib in libraries:
         lib.write_bytes(lib.read_bytes()[:64])
     first, first_stderr = _run(cache, environ)
-    after_first = {"quarantined": list((cache / "compile" / "quarantine").iterdir()),
+    after_first = {"quarantined": list((cache_dirs.compile_dir(cache) / "quarantine").iterdir()),
                    "sizes": [lib.stat().st_size for lib in libraries]}
     _, second_stderr = _run(cache, environ)
     return {"libraries": libraries, "first": first, "first_stderr": first_stderr, **after_first,
@@ -84,7 +85,8 @@ def _truncated_library_runs(cache: Path, environ: dict[str, str]) -> dict:
 
 def _corrupt_entry_runs(cache: Path, environ: dict[str, str]) -> dict:
     """Every FX graph cache entry overwritten with garbage; then a run, and another."""
-    entries = [p for p in (cache / "compile" / "fxgraph").rglob("*") if p.is_file() and not p.name.startswith(".")]
+    entries = [p for p in (cache_dirs.compile_dir(cache) / "fxgraph").rglob("*")
+               if p.is_file() and not p.name.startswith(".")]
     for entry in entries:
         entry.write_bytes(b"not a pickle")
     _, first_stderr = _run(cache, environ)
@@ -108,8 +110,8 @@ def _scenarios(base: Path, environ: dict[str, str]) -> dict:
     a_file.write_text("the user's file")
     warmed = base / "warmed" / "cache"
     # Cold for graphs; the compiler set-up the session already built is not what this checks.
-    session = Path(environ["TORCH_NEURONX_NEFF_CACHE_DIR"]) / "compile"
-    children.seed_toolchain(session, warmed / "compile")
+    session = cache_dirs.compile_dir(environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
+    children.seed_toolchain(session, cache_dirs.compile_dir(warmed))
     with ThreadPoolExecutor(max_workers=2) as pool:
         filled = pool.submit(_run, warmed, environ)
         outcomes = {"unusable": pool.submit(_run, a_file, environ, session), "filled": filled,
@@ -127,7 +129,7 @@ def test_first_run_compiles_both_graphs_into_the_cache(runs):
     """The cache the damaged copies are made of (its compiler set-up seeded, not its graphs)."""
     result, _ = runs["filled"].result()
     assert result["hits"] == 0 and result["misses"] == 2
-    assert any((runs["warmed"] / "compile" / "fxgraph").rglob("*"))
+    assert any((cache_dirs.compile_dir(runs["warmed"]) / "fxgraph").rglob("*"))
 
 
 def test_cache_dir_that_is_a_file_warns_once_and_compiles(runs):
@@ -158,8 +160,6 @@ def test_corrupt_fx_graph_entry_is_removed_after_its_warning(runs):
 
 def test_precompiled_headers_stay_under_the_configured_cache():
     """This session's cache (tests/conftest.py): the scenarios' caches are seeded from it."""
-    from torch_neuronx.runtime import cache_dirs
-
     x = torch.randn(8, 8)
     out = torch.compile(lambda x: torch.relu(x @ x.T) * 0.5, backend="neuron")(x.to("neuron"))
     torch.testing.assert_close(out.cpu(), torch.relu(x @ x.T) * 0.5)

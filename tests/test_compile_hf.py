@@ -1,7 +1,8 @@
 """backend="neuron" with Transformers: a training loop, static-cache generate, mixed mode, Trainer.
 
-All tests share one tiny Llama configuration (mixed mode: with two layers; the training tests
-with eager attention) so that graphs compiled by one test are found in the compile cache by the next.
+The Llama tests share two tiny Llama configurations, one to decode (mixed mode: with two layers)
+and the coverage sweep's one-layer Llama with eager attention to train, so that graphs compiled by
+one test are found in the compile cache by the next (and by the sweep's job).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from test_compile import _fresh_dynamo  # noqa: E402,F401  (autouse: fresh Dynamo state and metrics)
 
+from torch_neuronx.coverage.probe import token_batch  # noqa: E402
 from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm  # noqa: E402
 
 # Each test compiles a model cold (seconds of Inductor on one core): the module runs in a child
@@ -26,6 +28,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.child_process]
 VOCAB = 256
 # Tensors a compiled decode step gets anew each step (token ids, cache and token positions).
 NEW_PER_STEP = 3
+# One decoder layer: each path is per layer, and every further layer is more kernels to build cold.
+ONE_LAYER = TinySize(layers=1)
 
 
 def _tiny_llama(layers: int, attn_implementation: str | None = None) -> LlamaForCausalLM:
@@ -47,22 +51,25 @@ def base_model() -> LlamaForCausalLM:
 
 @pytest.fixture(scope="module")
 def training_model() -> LlamaForCausalLM:
-    """The base model's weights with eager attention, for the tests that train: its backward is
+    """A one-layer tiny Llama with eager attention, for the tests that train: its backward is
     the one Issue 29 broke (Inductor's prims.fma), and the training tests then share its graphs.
-    An SDPA backward is still compiled here (GPT-2's dropout test) and in the coverage sweep's
-    Llama columns (tests/test_coverage.py)."""
-    return _tiny_llama(layers=1, attn_implementation="eager")
+    It is the coverage sweep's Llama (``torchneuron coverage --only llama --compiled --layers 1``,
+    a later job on the background lane: tests/test_coverage.py), and the training loop feeds it the
+    sweep's batch, so the sweep's eager ``compiled_backward`` finds both graphs in the session's
+    compile cache. An SDPA backward is still compiled here (GPT-2's dropout test) and in that sweep."""
+    return tiny_causal_lm("llama", ONE_LAYER, attn_implementation="eager")
 
 
 def _train(base, device: str, compiled: bool, steps: int = 3) -> tuple[list[float], dict]:
-    """The losses of ``steps`` AdamW steps and the first step's gradients (on the CPU)."""
+    """The losses of ``steps`` AdamW steps on the coverage sweep's batch and the first step's
+    gradients (on the CPU)."""
     model = copy.deepcopy(base).to(device).train()
     forward = torch.compile(model, backend="neuron", fullgraph=True) if compiled else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    ids = torch.randint(0, VOCAB, (2, 16), generator=torch.Generator().manual_seed(1)).to(device)
+    ids = token_batch(base).to(device)
     losses, first_grads = [], None
     for _ in range(steps):
-        loss = forward(input_ids=ids, labels=ids).loss
+        loss = forward(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids).loss
         loss.backward()
         if first_grads is None:
             first_grads = {n: p.grad.cpu() for n, p in model.named_parameters()}
@@ -228,8 +235,6 @@ def test_trainer_with_torch_compile_selects_neuron_backend(training_model, tmp_p
 # attention is Llama's eager_attention_forward with biased q/k/v projections: Llama's case covers it).
 # Llama's eager-attention training step is the training loop's first (test_training_loop_...).
 NO_DROPOUT = {"gpt2": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}}  # masks differ by RNG
-# One decoder layer: each path is per layer, and every further layer is more kernels to build cold.
-ONE_LAYER = TinySize(layers=1)
 
 
 # Falcon (multi_query=True, its tiny config's default): its key/value heads are picked by a list

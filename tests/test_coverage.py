@@ -286,7 +286,9 @@ def _compiled_llama(out: Path, environ: dict[str, str]) -> tuple[int, str, Path]
 
 
 # Six cold compiles (of one decoder layer: 75 CPU-s of the CLI's, 91 with the default two) in a
-# worker process that needs nothing from the tests before it.
+# worker process that needs nothing from the tests before it. In a suite run, the eager training
+# step's two graphs are in the session's compile cache already: test_compile_hf's child (the lane's
+# first job) trains this Llama on this batch.
 compiled_llama = children.lane_fixture("compiled_llama", _compiled_llama, folder_prefix="torchneuron-coverage-")
 
 

@@ -99,6 +99,8 @@ def test_cache_directories_share_one_root(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path))
     assert cache_dirs.neff_dir() == tmp_path
     assert cache_dirs.compile_dir() == tmp_path / "compile"
+    # Another root (a child process's, configured by its caller) maps the same way, whatever this process's.
+    assert cache_dirs.compile_dir(str(tmp_path / "child")) == tmp_path / "child" / "compile"
     monkeypatch.delenv("TORCH_NEURONX_NEFF_CACHE_DIR")
     assert cache_dirs.neff_dir().parent == cache_dirs.compile_dir().parent
 

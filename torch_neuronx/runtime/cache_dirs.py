@@ -7,6 +7,7 @@ the user cache directory, as ``torchneuron/neff`` and ``torchneuron/compile``.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from . import settings
@@ -23,9 +24,14 @@ def neff_dir() -> Path:
     return Path(given) if given is not None else _user_root() / "neff"
 
 
-def compile_dir() -> Path:
-    given = settings.get_str("TORCH_NEURONX_NEFF_CACHE_DIR")
-    return (Path(given) if given is not None else _user_root()) / "compile"
+def compile_dir(neff_root: str | os.PathLike | None = None) -> Path:
+    """``compile/`` in the NEFF cache ``neff_root``, by default this process's (the variable, read
+    now): a caller configuring a child process with another root (a test job queued with its own
+    environment) asks where that child compiles, and gets the one mapping the library uses."""
+    if neff_root is None:
+        given = settings.get_str("TORCH_NEURONX_NEFF_CACHE_DIR")
+        neff_root = given if given is not None else _user_root()
+    return Path(neff_root) / "compile"
 
 
 def persistent_cache_enabled() -> bool:
