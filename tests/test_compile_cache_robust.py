@@ -72,11 +72,12 @@ def _truncated_library_runs(cache: Path, environ: dict[str, str]) -> dict:
     then a run, and another."""
     # Every library, including Inductor's vector-ISA probe: a truncated probe used to make the
     # process believe the CPU had no AVX and build vectorised kernels without the ISA flags.
-    libraries = [p for p in cache_dirs.compile_dir(cache).rglob("*.so") if "precompiled_headers" not in p.parts]
+    compiled = cache_dirs.compile_dir(cache)
+    libraries = [p for p in compiled.rglob("*.so") if "precompiled_headers" not in p.parts]
     for lib in libraries:
         lib.write_bytes(lib.read_bytes()[:64])
     first, first_stderr = _run(cache, environ)
-    after_first = {"quarantined": list((cache_dirs.compile_dir(cache) / "quarantine").iterdir()),
+    after_first = {"quarantined": list((compiled / "quarantine").iterdir()),
                    "sizes": [lib.stat().st_size for lib in libraries]}
     _, second_stderr = _run(cache, environ)
     return {"libraries": libraries, "first": first, "first_stderr": first_stderr, **after_first,
