@@ -113,6 +113,11 @@ void bind_runtime(py::module& m) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(index)));
   });
+  m.def("_set_shard_index", [](at::Generator gen, std::optional<at::Tensor> index) {
+    TORCH_CHECK(gen.device().type() == kNeuron, "_set_shard_index takes a neuron generator");
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.get<NeuronGenerator>()->set_shard_index(index.value_or(at::Tensor()));
+  }, "Each element's index in the whole DTensor, for the generator's next draw (runtime/Generators.h)");
   m.def("_install_host_pool", &install_host_pool,
         "Pool the host memory of large neuron tensors (see runtime/HostPool.cpp)");
   m.def("_host_pool_stats", []() {

@@ -1,9 +1,9 @@
 """A clear error for applying FSDP2 to parameters that are already sharded.
 
-The brief's TP×FSDP recipe says: don't re-apply FSDP to a pre-sharded model.
-PyTorch's own failure for that is an internal one (``Cannot concatenate
+In a TP×FSDP layout, FSDP must not shard a parameter again over a mesh
+dimension it is already sharded on. PyTorch's own failure for that is an internal one (``Cannot concatenate
 overlapping meshes`` from deep inside ``FSDPParam``). ``fully_shard`` is
-wrapped, once its module is first imported, so the mistake is reported in
+wrapped, once its module is first imported (``import_hooks``), so the mistake is reported in
 the user's terms: which parameter, which mesh dimension, what to do instead.
 The wrapper keeps ``fully_shard``'s attributes (``fully_shard.state``).
 Importing FSDP is not forced at ``import torch``: the wrap happens lazily.
@@ -11,9 +11,9 @@ Importing FSDP is not forced at ``import torch``: the wrap happens lazily.
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import sys
+
+from ..runtime.import_hooks import after_import
 
 _TARGET = "torch.distributed.fsdp._fully_shard._fully_shard"
 
@@ -94,28 +94,5 @@ def _wrap(module) -> None:
             package.fully_shard = guarded
 
 
-class _WrapOnImport(importlib.abc.MetaPathFinder):
-    """Finds FSDP2's module once, through the normal finders, and wraps it after it runs."""
-
-    def find_spec(self, name, path, target=None):
-        if name != _TARGET:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            _wrap(module)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
 def install() -> None:
-    if _TARGET in sys.modules:
-        _wrap(sys.modules[_TARGET])
-    elif not any(isinstance(f, _WrapOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _WrapOnImport())
+    after_import(_TARGET, _wrap)

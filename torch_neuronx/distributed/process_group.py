@@ -159,6 +159,10 @@ class ProcessGroupNeuron(dist.ProcessGroup):
         """Drop the inner gloo group: its destructor joins gloo's worker threads."""
         self._gloo = None
 
+    def set_timeout(self, timeout: datetime.timedelta) -> None:
+        """``ProcessGroup.set_timeout``: the group's collectives wait at most ``timeout`` from now on."""
+        self._gloo._set_default_timeout(timeout)
+
     def abort(self) -> None:
         self._gloo.abort()
 

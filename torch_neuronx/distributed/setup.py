@@ -34,9 +34,18 @@ def install(topology: Topology) -> None:
         _C._set_init_error(INIT_ORDER_ERROR.format(
             local_rank=topology.default_device, local_world=topology.device_count))
 
-    from . import fsdp_guard
+    from . import dtensor_random, fsdp_guard
 
     fsdp_guard.install()
+    dtensor_random.install()
+    if not hasattr(dist, "set_timeout"):
+        dist.set_timeout = set_timeout
+
+
+def set_timeout(timeout, group=None) -> None:
+    """``torch.distributed.set_timeout`` of PyTorch 2.14, which torch 2.13 has only as the
+    group's method: TorchTitan shortens every group's timeout this way after its first step."""
+    (group or dist.distributed_c10d._get_default_group()).set_timeout(timeout)
 
 
 def create_process_group(store, rank: int, size: int, timeout):

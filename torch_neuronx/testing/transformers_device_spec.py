@@ -27,9 +27,9 @@ import torch_neuronx  # noqa: F401  (defines torch.neuron even when the backend 
 
 DEVICE_NAME = "neuron"
 
-# ``torch.manual_seed``, not ``torch.neuron.manual_seed``: random ops on neuron draw from the CPU
-# default generator, as on the real product (docs/device.md), so only seeding that generator makes
-# a test's device draws repeat; ``torch.manual_seed`` also seeds every core's generator.
+# ``torch.manual_seed``, not ``torch.neuron.manual_seed``: a test seeds the CPU draws it compares
+# against and the device draws together, and ``torch.manual_seed`` seeds the CPU generator and
+# every core's generator (docs/device.md, "Random numbers").
 MANUAL_SEED_FN = torch.manual_seed
 EMPTY_CACHE_FN = torch.neuron.empty_cache
 DEVICE_COUNT_FN = torch.neuron.device_count

@@ -1,15 +1,13 @@
-// PrivateUse1 hooks and per-core random generators.
+// PrivateUse1 hooks and pinned host memory.
 //
 // The hooks are how PyTorch's generic code (torch.accelerator, storage
-// resize for FSDP2, torch.Generator(device="neuron")) reaches the runtime.
-// Each core has its own generator; it is a CPU (mt19937) generator tagged
-// with the neuron device so that seeds and states behave exactly as on CPU.
+// resize for FSDP2, torch.Generator(device="neuron")) reaches the runtime;
+// the generators they hand out are in Generators.cpp.
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
 #include "runtime/Fork.h"
 #include "runtime/Generators.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/GeneratorForPrivateuseone.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
@@ -17,32 +15,11 @@
 #include <c10/core/impl/alloc_cpu.h>
 
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 
 namespace torch_neuronx {
 namespace {
-
-class NeuronGenerator final : public at::CPUGeneratorImpl {
- public:
-  explicit NeuronGenerator(c10::DeviceIndex index)
-      : at::CPUGeneratorImpl(c10::detail::getNonDeterministicRandom()) {
-    device_ = c10::Device(kNeuron, index);
-    key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
-  }
-
- private:
-  NeuronGenerator* clone_impl() const override {
-    auto* copy = new NeuronGenerator(device_.index());
-    copy->set_engine(const_cast<NeuronGenerator*>(this)->engine());
-    copy->set_next_float_normal_sample(
-        const_cast<NeuronGenerator*>(this)->next_float_normal_sample());
-    copy->set_next_double_normal_sample(
-        const_cast<NeuronGenerator*>(this)->next_double_normal_sample());
-    return copy;
-  }
-};
 
 // Pinned host memory: ordinary host memory, remembered so that
 // tensor.is_pinned() is true for what pin_memory() returned (DataLoader and
@@ -103,18 +80,8 @@ class PinnedHostAllocator final : public c10::Allocator {
   std::map<uintptr_t, size_t> blocks_; // start address -> size
 };
 
-std::mutex g_generators_mutex;
-std::deque<at::Generator> g_default_generators; // stable addresses
-
-// In a forked child (Fork.h): fresh locks, including each default
-// generator's own, which a generator lease (aten/native/GeneratorLease.h)
-// holds for the length of a random kernel on another thread. The generators'
-// states stay: the child continues the parent's streams, as on CPU.
+// In a forked child (Fork.h): a fresh lock for the pinned-block table.
 void after_fork() {
-  recreate_lock(g_generators_mutex);
-  for (auto& gen : g_default_generators) {
-    recreate_lock(gen.mutex());
-  }
   PinnedHostAllocator::instance().after_fork();
 }
 const bool g_fork_handler = on_fork_child(&after_fork);
@@ -160,7 +127,8 @@ class NeuronHooks final : public at::PrivateUse1HooksInterface {
   }
 
   at::Generator getNewGenerator(c10::DeviceIndex index) const override {
-    return at::make_generator<NeuronGenerator>(index < 0 ? current_device() : index);
+    return at::make_generator<NeuronGenerator>(
+        index < 0 ? current_device() : index, c10::default_rng_seed_val);
   }
 
   c10::Device getDeviceFromPtr(void*) const override {
@@ -192,19 +160,6 @@ class NeuronHooks final : public at::PrivateUse1HooksInterface {
 };
 
 } // namespace
-
-const at::Generator& default_generator(c10::DeviceIndex index) {
-  const auto device = index < 0 ? current_device() : index;
-  check_device_index(device);
-  std::lock_guard<std::mutex> lock(g_generators_mutex);
-  while (static_cast<c10::DeviceIndex>(g_default_generators.size()) <= device) {
-    auto gen = at::make_generator<NeuronGenerator>(
-        static_cast<c10::DeviceIndex>(g_default_generators.size()));
-    gen.set_current_seed(c10::default_rng_seed_val);
-    g_default_generators.push_back(std::move(gen));
-  }
-  return g_default_generators[device];
-}
 
 static bool register_hooks() {
   at::RegisterPrivateUse1HooksInterface(new NeuronHooks());

@@ -11,13 +11,16 @@
 // counters behave exactly as PyTorch expects, with no per-op copies.
 //
 // One call, in named steps: check_implemented, alias_arguments (aliasing,
-// device notes, generator argument), check_devices, lease_generator,
-// account_kernel, run_on_cpu, then sync_written_args and map_results.
+// device notes, generator argument), check_devices, account_kernel, run
+// (the CPU kernel, or a random op drawn from the neuron generator), then
+// sync_written_args and map_results.
 #include "aten/native/CpuFallback.h"
 
 #include "aten/native/Call.h"
+#include "aten/native/CounterRandom.h"
 #include "aten/native/GeneratorLease.h"
 #include "accounting/Accounting.h"
+#include "runtime/Generators.h"
 #include "runtime/HostPool.h"
 
 #include <c10/util/SmallVector.h>
@@ -39,8 +42,7 @@ struct FallbackCall {
   // The caller's neuron tensors, taken out of the stack (moved, not copied)
   // and kept alive until the results are mapped back.
   c10::SmallVector<at::Tensor, 4> originals;
-  at::Generator neuron_generator;      // an explicit neuron generator argument ...
-  std::optional<size_t> generator_pos; // ... and its slot
+  std::optional<size_t> generator_pos; // the slot of a neuron or absent generator argument
 };
 
 // An op with neither a neuron kernel nor a CPU kernel (CUDA-only ops such as
@@ -72,6 +74,12 @@ void check_implemented(const c10::OperatorHandle& op, const torch::jit::Stack& s
   message << "]. Kwargs: []. Details: the op has no Neuron kernel and no CPU kernel "
           << "for the CPU fallback";
   TORCH_CHECK_NOT_IMPLEMENTED(false, message.str());
+}
+
+bool is_generator(const c10::Argument& arg) {
+  const auto& type = arg.type();
+  return type->kind() == c10::TypeKind::OptionalType &&
+      type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
 }
 
 // Replace neuron tensors (also inside lists) by CPU aliases and neuron
@@ -123,27 +131,67 @@ void alias_arguments(FallbackCall& call) {
         value = c10::IValue(c10::Device(c10::DeviceType::CPU));
       }
     } else if (value.isGenerator()) {
-      auto gen = value.toGenerator();
-      if (gen.device().type() == kNeuron) {
-        call.neuron_generator = gen;
+      if (value.toGenerator().device().type() == kNeuron) {
         call.generator_pos = call.begin + i;
       }
+    } else if (value.isNone() && is_generator(arg)) {
+      call.generator_pos = call.begin + i;
     }
-  }
-}
-
-// Random ops draw from the CPU default generator, as on the real product:
-// an op without a generator argument (or with None) runs unchanged; an
-// explicit neuron generator is lent to the CPU kernel.
-void lease_generator(FallbackCall& call, GeneratorLease& lease) {
-  if (call.neuron_generator.defined()) {
-    call.stack[*call.generator_pos] = c10::IValue(lease.lend(call.neuron_generator));
   }
 }
 
 void run_on_cpu(FallbackCall& call) {
   HostPoolScope scope;
   call.op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &call.stack);
+}
+
+// The most elements a result of the call holds: what a random op drew.
+int64_t drawn_elements(const FallbackCall& call) {
+  int64_t most = 0;
+  const size_t num_returns = call.op.schema().returns().size();
+  for (size_t i = call.stack.size() - num_returns; i < call.stack.size(); ++i) {
+    if (call.stack[i].isTensor()) {
+      most = std::max(most, call.stack[i].toTensor().numel());
+    }
+  }
+  return most;
+}
+
+// A random op draws from the neuron generator (runtime/Generators.h): the one
+// passed, or the default generator of the op's core. Ops whose values it gives
+// element by element run in CounterRandom.cpp; any other gets a CPU generator
+// seeded from it (GeneratorLease.h). A CPU generator passed explicitly goes
+// to the CPU kernel unchanged.
+void run_random(FallbackCall& call) {
+  auto& slot = call.stack[*call.generator_pos];
+  const at::Generator gen = slot.isGenerator()
+      ? slot.toGenerator()
+      : default_generator(call.state.device().value_or(current_device()));
+  {
+    HostPoolScope scope;
+    if (native::run_counter_random(call.op, call.stack, call.begin, gen)) {
+      return;
+    }
+  }
+  GeneratorLease lease;
+  slot = c10::IValue(lease.lend(gen));
+  run_on_cpu(call);
+  lease.finish(drawn_elements(call));
+}
+
+void run(FallbackCall& call) {
+  if (C10_LIKELY(!call.generator_pos)) {
+    if (C10_UNLIKELY(native::is_native_dropout(call.op))) {
+      HostPoolScope scope;
+      if (native::run_counter_random(call.op, call.stack, call.begin,
+                                     default_generator(call.state.device().value_or(current_device())))) {
+        return;
+      }
+    }
+    run_on_cpu(call);
+    return;
+  }
+  run_random(call);
 }
 
 // Results (on top of the stack now) back to the device.
@@ -170,14 +218,10 @@ void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   FallbackCall call(op, *stack);
   alias_arguments(call);
   call.state.check_devices(op.schema().operator_name());
-  {
-    GeneratorLease lease;
-    lease_generator(call, lease);
-    if (accounting_enabled()) {
-      account_kernel(op, *stack);
-    }
-    run_on_cpu(call);
+  if (accounting_enabled()) {
+    account_kernel(op, *stack);
   }
+  run(call);
   call.state.sync_written_args();
   map_results(call);
 }

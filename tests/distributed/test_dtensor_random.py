@@ -1,0 +1,16 @@
+"""DTensor random ops on ``neuron`` (``torch_neuronx/distributed/dtensor_random.py``):
+``torch.nn.init`` on FSDP2 / TP / 2-D shards, DTensor factories and dropout in a
+TP region give, on 4 ranks, meshes of 2 and 4 and every layout, exactly the
+values the same draw gives made whole on one core after the same seed, and
+leave the generator where the unsharded draws leave it."""
+import pytest
+
+from launch import check_all_ok, run_ranks
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_sharded_draws_equal_the_unsharded_draw_on_every_layout():
+    results = run_ranks("rng_scenarios:layouts", 4)
+    check_all_ok(results)
+    assert all("equal the unsharded draws" in r.output for r in results)
