@@ -280,10 +280,20 @@ def test_compile_failure_raises_by_default_and_falls_back_when_allowed(monkeypat
     assert len(fallbacks) == 1 and "C++ compiler" in fallbacks[0]
 
 
-def test_inductor_backend_on_neuron_tensors_points_to_neuron_backend():
+def test_inductor_backend_on_neuron_tensors_compiles_with_the_neuron_backend():
+    """torch.compile's default backend hands neuron graphs to the neuron backend
+    (compile/inductor_device.py): a neuron graph record, CPU's result, a neuron result."""
+    torch_neuronx.reset_dynamo_metrics()
     x = torch.randn(4, device="neuron")
-    with pytest.raises(Exception, match="backend='inductor' cannot compile graphs on neuron tensors.*backend='neuron'"):
-        torch.compile(torch.exp, backend="inductor")(x)
+    out = torch.compile(torch.exp, backend="inductor")(x)
+    assert out.device.type == "neuron"
+    torch.testing.assert_close(out.cpu(), torch.exp(x.cpu()))
+    assert torch_neuronx.get_dynamo_metrics()["graphs_compiled"] == 1
+    from torch_neuronx.compile.inductor_device import MESSAGE, UnsupportedNeuronCodegen
+
+    with pytest.raises(NotImplementedError, match="backend='neuron'"):
+        UnsupportedNeuronCodegen.create()  # Inductor's own code generators still refuse neuron
+    assert "Inductor's code generators cannot target neuron tensors" in MESSAGE
 
 
 def test_metrics_api_on_both_modules_and_reset():

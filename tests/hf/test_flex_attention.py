@@ -1,7 +1,7 @@
-"""FlexAttention on neuron is refused in every mode with a message naming SDPA, which works.
-
-The decision and the real product's behaviour: torch_neuronx/compile/flex_attention.py and
-docs/compile.md.
+"""FlexAttention on neuron: compiled (the neuron backend decomposes it into ATen ops, as the real
+product's compile path does), it trains and matches CPU; called eagerly it is refused with a message
+naming what works. The decision and the real product's behaviour: torch_neuronx/compile/flex_attention.py
+and docs/compile.md, "FlexAttention".
 """
 from __future__ import annotations
 
@@ -9,34 +9,42 @@ import pytest
 import torch
 import torch.nn.functional as F
 from hf_models import cpu_and_neuron, tiny_causal_lm, token_batch
-from torch.nn.attention.flex_attention import flex_attention
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 from torch_neuronx.compile.flex_attention import MESSAGE
 
 
-def _qkv(device: str):
+def _qkv(device: str, requires_grad: bool = False):
     gen = torch.Generator().manual_seed(0)
-    return [torch.randn(1, 2, 16, 8, generator=gen).to(device) for _ in range(3)]
+    return [torch.randn(1, 2, 16, 8, generator=gen).to(device).requires_grad_(requires_grad)
+            for _ in range(3)]
 
 
-@pytest.mark.parametrize("mode", ["eager", "compile-neuron", "compile-inductor"])
-def test_flex_attention_on_neuron_names_what_to_use(mode):
+def _causal(b, h, q, k):
+    return q >= k
+
+
+def test_eager_flex_attention_on_neuron_names_what_to_use():
     q, k, v = _qkv("neuron")
-    fn = {"eager": flex_attention,
-          "compile-neuron": torch.compile(flex_attention, backend="neuron"),
-          "compile-inductor": torch.compile(flex_attention)}[mode]
     with pytest.raises(ValueError) as info:
-        fn(q, k, v)
+        flex_attention(q, k, v)
     assert MESSAGE in str(info.value)
-    assert "scaled_dot_product_attention" in MESSAGE and "attn_implementation='sdpa'" in MESSAGE
+    assert "torch.compile" in MESSAGE and "attn_implementation='sdpa'" in MESSAGE
 
 
-def test_block_mask_on_neuron_names_what_to_use():
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    with pytest.raises(ValueError, match="FlexAttention is not supported on the neuron device"):
-        create_block_mask(lambda b, h, q, k: q >= k, 1, 1, 16, 16, device="neuron")
-    assert create_block_mask(lambda b, h, q, k: q >= k, 1, 1, 16, 16, device="cpu").shape == (1, 1, 16, 16)
+def test_compiled_flex_attention_trains_on_neuron_as_sdpa_on_cpu():
+    """The default backend, 'inductor', which compiles neuron graphs with the neuron backend:
+    causal FlexAttention's output and gradients against CPU's causal SDPA."""
+    expected_qkv = _qkv("cpu", requires_grad=True)
+    expected = F.scaled_dot_product_attention(*expected_qkv, is_causal=True)
+    expected.sum().backward()
+    mask = create_block_mask(_causal, 1, None, 16, 16, device="neuron")
+    q, k, v = _qkv("neuron", requires_grad=True)
+    out = torch.compile(flex_attention)(q, k, v, block_mask=mask)
+    out.sum().backward()
+    torch.testing.assert_close(out.cpu(), expected.detach(), rtol=1e-5, atol=1e-5)
+    for got, ref in zip((q, k, v), expected_qkv):
+        torch.testing.assert_close(got.grad.cpu(), ref.grad, rtol=1e-5, atol=1e-5)
 
 
 def test_cpu_flex_attention_is_untouched():
@@ -44,18 +52,14 @@ def test_cpu_flex_attention_is_untouched():
     torch.testing.assert_close(flex_attention(q, k, v), F.scaled_dot_product_attention(q, k, v))
 
 
-def test_transformers_flex_attention_refused_and_sdpa_matches_cpu():
+def test_transformers_flex_attention_matches_cpu():
+    """Transformers compiles flex_attention and its block mask with the default backend: on neuron
+    that is the neuron backend, and the logits are CPU's FlexAttention's (run eagerly there:
+    PyTorch's reference implementation of the same attention)."""
     ids = token_batch()
     flex_cpu, flex_neuron = cpu_and_neuron(tiny_causal_lm("llama", attn="flex_attention"))
-    with pytest.raises(ValueError, match="FlexAttention is not supported on the neuron device"):
-        flex_neuron(ids.to("neuron"))
-    # The replacement the message names: the same weights with SDPA on neuron give the CPU flex logits.
-    # Those come from FlexAttention run eagerly (PyTorch's reference implementation of the same
-    # attention): Transformers would compile it and its block mask with Inductor's CPU flex
-    # template first, PyTorch's code, not ours, and ~35 CPU-s of C++ for one reference.
-    sdpa_neuron = tiny_causal_lm("llama", attn="sdpa").to("neuron")
     with torch.no_grad():
         with torch.compiler.set_stance("force_eager"):
             expected = flex_cpu(ids).logits
-        got = sdpa_neuron(ids.to("neuron")).logits.cpu()
+        got = flex_neuron(ids.to("neuron")).logits.cpu()
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

@@ -13,9 +13,11 @@ from .dynamo_metrics import get_dynamo_metrics, reset_dynamo_metrics  # noqa: F4
 def install(device_module) -> None:
     """Point Inductor's caches at ours and add the compile entries of ``torch.neuron``:
     the metrics (as in the real product) and Inductor's device hooks (a clear refusal);
-    FlexAttention on neuron is refused with what to use instead (:mod:`.flex_attention`)."""
+    Inductor's entry point sends neuron graphs to the neuron backend (:mod:`.inductor_device`);
+    FlexAttention on neuron passes PyTorch's device check when compiled (:mod:`.flex_attention`)."""
     cache.install()
     flex_attention.install()
+    inductor_device.install()
     kernel_lowering.install()
     device_module.get_dynamo_metrics = get_dynamo_metrics
     device_module.reset_dynamo_metrics = reset_dynamo_metrics

@@ -40,8 +40,8 @@ from ..accounting import projected
 from ..runtime.errors import first_line
 from ..runtime.log import get_logger
 from ..runtime.settings import get_flag
-from . import (artifacts, cache, complex_decompose, device_interface, kernel_lowering, passes,
-               stablehlo)
+from . import (artifacts, cache, complex_decompose, device_interface, flex_attention, kernel_lowering,
+               passes, stablehlo)
 from .aliased_execution import alias_runner
 from .index_put import index_put_as_scatter
 from ..projection import graph_compile_seconds
@@ -356,6 +356,7 @@ def neuron_backend(
     settings = _settings(mode, options)
     _force_static_shapes()
     passes.check_static_shapes(gm, example_inputs)
+    flex_attention.decompose(gm)
     record = _graph_record(gm, example_inputs)
     inputs, copied = _copy_cpu_inputs_to_device(example_inputs)
     start = time.perf_counter()
