@@ -74,14 +74,17 @@ def test_real_pair_graph_computes_what_the_complex_graph_does():
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch_neuronx.compile.complex_decompose import as_real_pairs
 
-    def mixed(a: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-        return torch.cat([a * r, a.conj().unsqueeze(0).expand(2, 4, 3).sum(0)], dim=-1) - 1j
+    def mixed(a: torch.Tensor, r: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        rows = torch.gather(a, 0, positions)  # TorchTitan reads its rotary table at token positions
+        return torch.cat([a * r, a.conj().unsqueeze(0).expand(2, 4, 3).sum(0), rows], dim=-1) - 1j
 
     torch.manual_seed(0)
     a, r = torch.randn(4, 3, dtype=torch.complex64), torch.randn(4, 3)
-    pairs = as_real_pairs(make_fx(mixed, tracing_mode="fake")(a, r))
+    positions = torch.tensor([[3, 0, 1], [2, 2, 0], [1, 3, 3], [0, 1, 2]])
+    pairs = as_real_pairs(make_fx(mixed, tracing_mode="fake")(a, r, positions))
     assert not any(getattr(n.meta.get("val"), "is_complex", lambda: False)() for n in pairs.graph.nodes)
-    torch.testing.assert_close(torch.view_as_complex(pairs(torch.view_as_real(a), r)), mixed(a, r))
+    torch.testing.assert_close(torch.view_as_complex(pairs(torch.view_as_real(a), r, positions)),
+                               mixed(a, r, positions))
 
 
 def test_switched_off_complex_ops_fail_to_lower(monkeypatch):

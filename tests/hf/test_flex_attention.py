@@ -10,7 +10,9 @@ import torch
 import torch.nn.functional as F
 from hf_models import cpu_and_neuron, tiny_causal_lm, token_batch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.utils.checkpoint import checkpoint
 
+import torch_neuronx
 from torch_neuronx.compile.flex_attention import MESSAGE
 
 
@@ -34,14 +36,22 @@ def test_eager_flex_attention_on_neuron_names_what_to_use():
 
 def test_compiled_flex_attention_trains_on_neuron_as_sdpa_on_cpu():
     """The default backend, 'inductor', which compiles neuron graphs with the neuron backend:
-    causal FlexAttention's output and gradients against CPU's causal SDPA."""
+    causal FlexAttention inside an activation-checkpointed region (a subgraph of the graph, as
+    TorchTitan's blocks are), its output and gradients against CPU's causal SDPA, and no graph
+    left to fall back."""
     expected_qkv = _qkv("cpu", requires_grad=True)
     expected = F.scaled_dot_product_attention(*expected_qkv, is_causal=True)
     expected.sum().backward()
     mask = create_block_mask(_causal, 1, None, 16, 16, device="neuron")
     q, k, v = _qkv("neuron", requires_grad=True)
-    out = torch.compile(flex_attention)(q, k, v, block_mask=mask)
+    torch_neuronx.reset_dynamo_metrics()
+
+    def checkpointed(q, k, v):
+        return checkpoint(flex_attention, q, k, v, block_mask=mask, use_reentrant=False)
+
+    out = torch.compile(checkpointed)(q, k, v)
     out.sum().backward()
+    assert torch_neuronx.get_dynamo_metrics()["fallbacks"] == []
     torch.testing.assert_close(out.cpu(), expected.detach(), rtol=1e-5, atol=1e-5)
     for got, ref in zip((q, k, v), expected_qkv):
         torch.testing.assert_close(got.grad.cpu(), ref.grad, rtol=1e-5, atol=1e-5)

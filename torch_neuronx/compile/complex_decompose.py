@@ -138,6 +138,11 @@ def _stack(tensors: Sequence[Any], dim: int = 0) -> _Pair:
     return _Pair(torch.stack([_as_pair(t, like).pair for t in tensors], dim % (like.ndim + 1)))
 
 
+def _gather(a: _Pair, dim: int, index: torch.Tensor, sparse_grad: bool = False) -> _Pair:
+    """The same index for both parts (TorchTitan's rotary table read at each token's position)."""
+    return _Pair(torch.gather(a.pair, _dim(dim, a.ndim), index.unsqueeze(-1).expand(*index.shape, 2)))
+
+
 def _identity(a: Any, *_: Any, **__: Any) -> Any:
     return a
 
@@ -181,6 +186,7 @@ _REAL_PAIR_FORMS: dict[Any, Callable[..., Any]] = {
     aten.sum.dim_IntList: _on_pair(aten.sum.dim_IntList, _dims),
     aten.index.Tensor: _on_pair(aten.index.Tensor),
     aten.index_select.default: _on_pair(aten.index_select.default, _first_dim),
+    aten.gather.default: _gather,
     aten.cat.default: _cat,
     aten.stack.default: _stack,
 }

@@ -65,13 +65,19 @@ def dense_flex_attention(query, key, value, score_mod, block_mask, scale, kernel
 
 
 def decompose(gm: torch.fx.GraphModule) -> int:
-    """Replace each ``flex_attention`` higher-order op in ``gm`` (a Dynamo graph) by
+    """Replace each ``flex_attention`` higher-order op in ``gm`` (a Dynamo graph) and in the
+    subgraphs it holds (an activation-checkpointed region is one) by
     :func:`dense_flex_attention`; returns how many were replaced."""
     from torch._higher_order_ops.flex_attention import flex_attention
 
-    nodes = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is flex_attention]
-    for node in nodes:
-        node.target = dense_flex_attention
-    if nodes:
-        gm.recompile()
-    return len(nodes)
+    replaced = 0
+    for module in gm.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        nodes = [n for n in module.graph.nodes if n.op == "call_function" and n.target is flex_attention]
+        for node in nodes:
+            node.target = dense_flex_attention
+        if nodes:
+            module.recompile()
+            replaced += len(nodes)
+    return replaced
