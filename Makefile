@@ -2,12 +2,14 @@
 #   make demo       - the main job: the migration pilot on the built-in default model
 #   make test       - the test suite (what CI runs: .ci/run)
 #   make test-fast  - the edit-test loop: one or a few files per package (tests/README.md)
+#   make test-titan - TorchTitan's long runs on neuron against CPU (docs/torchtitan.md)
 # All create the virtual environment (.venv) on first use.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # The environment: written once, redone only when the dependency lists or the build script change.
 STAMP := $(VENV)/.installed
+TORCHTITAN := torchtitan==0.3.0
 # The C++ core: an edit under csrc/ recompiles the units that include it, not the environment.
 EXT_STAMP := $(VENV)/.extension-built
 CSRC := $(shell find torch_neuronx/csrc -name '*.cpp' -o -name '*.h')
@@ -31,7 +33,7 @@ FAST_TESTS := \
 	tests/test_cli_exit_codes.py tests/test_projection_guard.py tests/test_benchmark_stats.py \
 	tests/test_docs_drift.py tests/test_package_readmes.py tests/test_layering.py
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo test test-fast test-titan bench clean
 
 # Two resolver passes, each over a different set: the build requirements, then the package.
 # `--no-build-isolation` builds against the torch installed here (an isolated build would
@@ -40,7 +42,9 @@ $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0 "setuptools>=77" wheel ninja numpy
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[hf,test,stablehlo]"
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[hf,test,stablehlo,titan]"
+	# TorchTitan without its own requirements: the titan extra in pyproject.toml says why.
+	$(PY) -m pip install --quiet --no-deps $(TORCHTITAN)
 	touch $(STAMP)
 
 $(EXT_STAMP): $(STAMP) $(CSRC)
@@ -54,7 +58,11 @@ demo: $(EXT_STAMP)
 	$(VENV)/bin/torchneuron pilot --out pilot-report
 
 test: $(EXT_STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -m "not titan_full" tests
+
+# TorchTitan's long runs (docs/torchtitan.md): every layout against CPU, compile, checkpoint, bad input.
+test-titan: $(EXT_STAMP)
+	$(PY) -m pytest -q -m titan_full tests/titan
 
 test-fast: $(EXT_STAMP)
 	$(PY) -m pytest -q -m "not slow" $(FAST_TESTS)

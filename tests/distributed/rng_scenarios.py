@@ -115,3 +115,4 @@ def layouts():
     _model_init(dev, two_d)
     _dropout(dev, two_d["tp"])
     print(f"rank {rank}: DTensor random ops equal the unsharded draws", flush=True)
+
