@@ -2,7 +2,7 @@
 #   make demo       - the main job: the migration pilot on the built-in default model
 #   make test       - the test suite (what CI runs: .ci/run)
 #   make test-fast  - the edit-test loop: one or a few files per package (tests/README.md)
-#   make test-titan - TorchTitan's long runs on neuron against CPU (docs/torchtitan.md)
+#   make test-titan - TorchTitan on neuron against CPU, minutes; not in make test (docs/torchtitan.md)
 # All create the virtual environment (.venv) on first use.
 PYTHON ?= python3
 VENV := .venv
@@ -58,11 +58,11 @@ demo: $(EXT_STAMP)
 	$(VENV)/bin/torchneuron pilot --out pilot-report
 
 test: $(EXT_STAMP)
-	$(PY) -m pytest -q -m "not titan_full" tests
+	$(PY) -m pytest -q -m "not exhaustive" tests
 
-# TorchTitan's long runs (docs/torchtitan.md): every layout against CPU, compile, checkpoint, bad input.
+# TorchTitan on neuron against CPU (docs/torchtitan.md): every layout, compile, checkpoint, bad input.
 test-titan: $(EXT_STAMP)
-	$(PY) -m pytest -q -m titan_full tests/titan
+	$(PY) -m pytest -q tests/titan
 
 test-fast: $(EXT_STAMP)
 	$(PY) -m pytest -q -m "not slow" $(FAST_TESTS)

@@ -1,8 +1,9 @@
 """TorchTitan 0.3.0 unchanged on ``neuron`` (docs/torchtitan.md): its llama3 debug model under
 torchrun, 1 process and FSDP over 2, two steps from TorchTitan's seed checkpoint, against the CPU
-reference losses of the same job (``examples/torchtitan/cpu_reference.py``). The larger layouts,
-``--compile.enable``, checkpoint resume and bad input run in ``make test-titan``
-(``test_torchtitan_full.py``). Skipped when the ``titan`` extra is not installed.
+reference losses of the same job (``examples/torchtitan/cpu_reference.py``): the quickest check
+that TorchTitan still trains here (``make test-titan``; a minute and more of CPU, so ``exhaustive``
+and out of ``make test``). The larger layouts, ``--compile.enable``, checkpoint resume and bad
+input are ``test_torchtitan_full.py``. Skipped when the ``titan`` extra is not installed.
 
 The jobs run once, on the background lane (tests/README.md): a seed checkpoint, then the two
 layouts, sharing the session's compile cache (the FSDP ranks find the graphs the single process
@@ -19,6 +20,7 @@ pytest.importorskip("torchtitan")
 import children  # noqa: E402
 from titan_harness import CPU_REFERENCE, LOSS_TOLERANCE, compare, prepare  # noqa: E402
 
+pytestmark = pytest.mark.exhaustive
 STEPS = 2
 
 

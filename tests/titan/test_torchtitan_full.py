@@ -16,7 +16,7 @@ pytest.importorskip("torchtitan")
 
 from titan_harness import LOSS_TOLERANCE, compare, prepare  # noqa: E402
 
-pytestmark = [pytest.mark.titan_full, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.exhaustive, pytest.mark.timeout(3600)]
 STEPS = 3
 
 
@@ -73,12 +73,16 @@ def test_losses_follow_the_cpu_reference(neuron_runs, cpu_runs, name):
 @pytest.mark.parametrize("name", ["1", "fsdp2xtp2"])
 def test_compiled_losses_follow_the_cpu_reference(neuron_runs, cpu_runs, name):
     """TorchTitan compiles each transformer block with the default backend, which on neuron
-    tensors is the neuron backend: the blocks compile (only the block-mask graph, which does not
-    lower, falls back) and the losses follow CPU's."""
+    tensors is the neuron backend. One process: the blocks compile, only the block-mask graph
+    (no lowering for sort) falls back. With TP the blocks' graphs hold DTensor's collectives,
+    which this backend does not lower (docs/torchtitan.md): they run eagerly, logged. The losses
+    follow CPU's either way."""
     run = neuron_runs(name, "--compile.enable")
     assert "Compiling each TransformerBlock with torch.compile" in run.log
     fallbacks = {line for line in run.log.splitlines() if "Execution failed" in line}
-    assert fallbacks and all("sort" in line for line in fallbacks), fallbacks
+    assert any("sort" in line for line in fallbacks), fallbacks
+    if name == "1":
+        assert all("sort" in line for line in fallbacks), fallbacks
     _close(run, cpu_runs(name))
 
 
@@ -88,33 +92,38 @@ def _digest(folder) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def saved_at_step_1(workspace):
-    """FSDP over 2: one step, the full training state saved by DCP at step 1. Each test resumes
-    from a copy and checks the copy's step 1 stays as saved."""
+def saved(workspace):
+    """FSDP over 2, the whole job with DCP saving the full training state after every step: its
+    losses, and its step-1 checkpoint with that checkpoint's digest."""
     folder, seed = workspace
     dump = folder / "saved-fsdp2"
-    args = compare.train_args(compare.LAYOUTS["fsdp2"], 1, seed, dump, "--checkpoint.interval", "1",
-                              "--checkpoint.no-last-save-model-only")
-    compare.run(folder, 2, "neuron", args).check()
-    return dump, _digest(dump / "checkpoint" / "step-1")
+    run = compare.run(folder, 2, "neuron", compare.train_args(
+        compare.LAYOUTS["fsdp2"], STEPS, seed, dump, "--checkpoint.interval", "1",
+        "--checkpoint.no-last-save-model-only")).check()
+    step_1 = dump / "checkpoint" / "step-1"
+    return run, step_1, _digest(step_1)
 
 
-def _copy(saved, folder, name: str):
-    dump, digest = saved
+def _stopped_after_step_1(saved, folder, name: str):
+    """A dump folder as a job stopped after step 1 leaves it (its step-1 checkpoint only), and a
+    check that the checkpoint is still as saved."""
+    _, step_1, digest = saved
     copy = folder / name
-    shutil.copytree(dump, copy)
+    shutil.copytree(step_1, copy / "checkpoint" / "step-1")
     return copy, lambda: _digest(copy / "checkpoint" / "step-1") == digest
 
 
-def test_resume_continues_the_loss_curve(workspace, neuron_runs, saved_at_step_1):
+def test_resume_continues_the_loss_curve(workspace, neuron_runs, saved):
     folder, seed = workspace
-    dump, intact = _copy(saved_at_step_1, folder, "resume")
+    whole = saved[0]
+    for step in whole.losses:  # saving changes nothing: the job without checkpoints' losses
+        assert abs(whole.losses[step] - neuron_runs("fsdp2").losses[step]) <= 1e-5, whole.losses
+    dump, intact = _stopped_after_step_1(saved, folder, "resume")
     resumed = compare.run(folder, 2, "neuron", compare.train_args(compare.LAYOUTS["fsdp2"], STEPS, seed, dump,
                                                                   "--checkpoint.interval", "100")).check()
     assert sorted(resumed.losses) == list(range(2, STEPS + 1)), resumed.log[-4000:]
-    whole = neuron_runs("fsdp2")
     for step, loss in resumed.losses.items():
-        assert abs(loss - whole.losses[step]) <= 1e-4, (step, resumed.losses, whole.losses)
+        assert abs(loss - whole.losses[step]) <= 1e-5, (step, resumed.losses, whole.losses)
     assert intact()
 
 
@@ -129,21 +138,25 @@ def test_layout_that_does_not_divide_the_ranks_fails_fast(workspace):
     assert time.monotonic() - start < 300
 
 
-def test_checkpoint_from_another_layout_loses_nothing(workspace, saved_at_step_1):
-    """A folder saved by FSDP over 2, resumed by one process."""
+def test_checkpoint_from_another_layout_is_refused_and_kept(workspace, saved):
+    """A folder saved by FSDP over 2, resumed by one process: TorchTitan refuses it in one line
+    (its dataloader state is per data-parallel rank) and the job ends; the checkpoint is kept."""
     folder, seed = workspace
-    dump, intact = _copy(saved_at_step_1, folder, "other-layout")
-    run = compare.run(folder, 1, "neuron", compare.train_args(compare.LAYOUTS["1"], 2, seed, dump,
+    dump, intact = _stopped_after_step_1(saved, folder, "other-layout")
+    start = time.monotonic()
+    run = compare.run(folder, 1, "neuron", compare.train_args(compare.LAYOUTS["1"], STEPS, seed, dump,
                                                               "--checkpoint.load-only"), timeout=900)
-    print(run.returncode, sorted(run.losses), [l for l in run.log.splitlines() if "Error" in l][-5:])
+    assert run.returncode != 0 and time.monotonic() - start < 300
+    assert "dp_degree is inconsistent before and after checkpoint" in run.log, run.log[-4000:]
     assert intact()
 
 
-def test_a_rank_dying_mid_step_ends_the_job_and_keeps_the_checkpoint(workspace, saved_at_step_1):
-    """Rank 1 is killed during step 3 of a job resumed from step 1: rank 0 stops within seconds
-    naming the dead rank (DistributedFault), torchrun ends the job, step 1 is intact."""
+def test_a_rank_dying_mid_step_ends_the_job_and_keeps_the_checkpoint(workspace, saved):
+    """Rank 1 is killed during step 3 of a job resumed from step 1: torchrun names it and ends
+    the job within seconds (the survivor is stopped, never left waiting for the c10d timeout);
+    the step-1 checkpoint is intact."""
     folder, seed = workspace
-    dump, intact = _copy(saved_at_step_1, folder, "killed")
+    dump, intact = _stopped_after_step_1(saved, folder, "killed")
     job = compare.Job(folder, 2, "neuron", compare.train_args(
         compare.LAYOUTS["fsdp2"], 5, seed, dump, "--checkpoint.interval", "100", "--checkpoint.load-only",
         "--comm.train-timeout-seconds", "30"))
@@ -153,7 +166,7 @@ def test_a_rank_dying_mid_step_ends_the_job_and_keeps_the_checkpoint(workspace, 
     start = time.monotonic()
     code = job.wait(timeout=300)
     assert code != 0 and time.monotonic() - start < 120, job.log()[-4000:]
-    assert "exited before finishing it" in job.log(), job.log()[-4000:]
+    assert "exitcode: -9" in job.log() and "local_rank: 1" in job.log(), job.log()[-4000:]
     assert intact()
 
 
