@@ -13,6 +13,7 @@ removed) costs the trace, never the run: one warning, and ``None``.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -59,6 +60,7 @@ class NeuronProfiler:
         except (OSError, RuntimeError) as exc:
             warnings.warn(f"neuron profiler: the trace was not written to {path}: {first_line(exc)}",
                           RuntimeWarning, stacklevel=2)
-            staged.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                staged.unlink(missing_ok=True)
             return None
         return path

@@ -64,11 +64,11 @@ def _metadata(args: dict) -> list[tuple[str, str]]:
     return [(k, json.dumps(v)) for k, v in args.items()]
 
 
-def _as_tuple(event) -> tuple:
+def _as_tuple(event, origin_ns: int) -> tuple:
     host = event.kind == "launch"
     return (_ACTIVITY[event.kind], event.name, os.getpid() if host else event.device,
-            event.thread if host else TRACKS.index(event.track) + 1, round(event.start_ns),
-            round(event.end_ns), event.correlation, event.flow, host, _metadata(event.args))
+            event.thread if host else TRACKS.index(event.track) + 1, origin_ns + round(event.start_ns),
+            origin_ns + round(event.end_ns), event.correlation, event.flow, host, _metadata(event.args))
 
 
 def build(records, start_ns: int, end_ns: int) -> list[tuple]:
@@ -80,7 +80,7 @@ def build(records, start_ns: int, end_ns: int) -> list[tuple]:
             if n:
                 _warn_once(f"unprojected-{kind}", f"neuron profiler: {n} {kind} run(s) have no projection "
                                                   "and no device event (see metrics()['projection'])")
-        return [_as_tuple(e) for e in timeline.events]
+        return [_as_tuple(e, timeline.origin_ns) for e in timeline.events]
     except Exception as exc:  # the trace loses its device events, the run goes on
         _warn_once("build", f"neuron profiler: no device events in this trace: {type(exc).__name__}: {exc}")
         return []

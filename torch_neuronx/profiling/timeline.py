@@ -61,7 +61,7 @@ class DeviceEvent:
     name: str
     track: str  # a TRACKS name, or "host" for a launch
     device: int
-    start_ns: float
+    start_ns: float  # from the timeline's origin: a float of Unix ns would round to 256 ns
     end_ns: float
     correlation: int = 0
     flow: int = 0
@@ -75,12 +75,14 @@ class DeviceEvent:
 
 @dataclasses.dataclass
 class Timeline:
-    """The events placed, and what could not be placed (a signature or graph the projection
-    never saw, a collective over a link without a bandwidth), by kind."""
+    """The events placed (times in ns from ``origin_ns``, Unix ns), and what could not be
+    placed (a signature or graph the projection never saw, a collective over a link without a
+    bandwidth), by kind."""
 
     events: list[DeviceEvent]
     placed: dict[str, int]
     unprojected: dict[str, int]
+    origin_ns: int = 0
 
     def device_events(self) -> list[DeviceEvent]:
         return [e for e in self.events if e.kind == "device"]
@@ -188,6 +190,9 @@ class _Placer:
 def place(notes: Iterable[Note], projector, modes: Iterable[ProfileMode]) -> Timeline:
     """The timeline of ``notes`` (any order; placed in issue order) under ``projector``."""
     placer = _Placer(projector, tuple(modes))
-    for note in sorted(notes, key=lambda n: n.issued_ns):
-        placer.place(note)
+    notes = sorted(notes, key=lambda n: n.issued_ns)
+    origin = notes[0].issued_ns if notes else 0
+    for note in notes:
+        placer.place(dataclasses.replace(note, issued_ns=note.issued_ns - origin))
+    placer.timeline.origin_ns = origin
     return placer.timeline
