@@ -89,6 +89,7 @@ def check_profile(seen: dict, graphs_expected: bool) -> None:
     kernel_events = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
     assert len(kernel_events) == len(device)
     assert all(e["args"]["label"] == "projected" and e["name"].endswith("(projected)") for e in kernel_events)
+    assert all(e["args"]["projection"]["queued_us"] >= 0 for e in kernel_events)
     flows = {(e["ph"], e["id"]) for e in trace["traceEvents"] if e.get("cat") == "ac2g"}
     assert {i for ph, i in flows if ph == "s"} == {i for ph, i in flows if ph == "f"}
     assert len(flows) == 2 * len(device)

@@ -6,11 +6,13 @@ one warning and a trace without device events, never a failed run.
 
 ``on_start(custom_profiler_config)`` returns ``(notes kept per core, bit mask of
 the cores recorded or None, device id, device name, label, [(track id, track
-name)])``; ``build(notes, start_ns, end_ns)`` takes the notes as ``(kind, device,
-payload, correlation, issued_ns, thread)`` tuples and returns one tuple per
-event: ``(activity, name, pid, track id, start_ns, end_ns, linked correlation,
-flow id, flow starts here, [(key, JSON value)])`` with activity 0 a device
-event (counted as device time), 1 an engine's busy span, 2 a host launch.
+name)])``; ``build(notes, start_ns, end_ns)``
+takes the notes as ``(kind, device, payload, correlation, issued_ns, thread)``
+tuples and returns one tuple per event: ``(activity, name, pid, track id,
+start_ns, end_ns, linked correlation, flow id, flow starts here, label, the
+args as a JSON object)`` with activity 0 a device event (counted as device
+time), 1 an engine's busy span, 2 a host launch; the trace shows the args under
+``"projection"``.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from ..accounting import projected
 from ..runtime import settings
 from ..runtime.extension import _C
 from .config import ProfileMode, session_options
-from .timeline import COLLECTIVES, QUEUE, TRACKS, Note, Timeline, place
+from .timeline import COLLECTIVES, LABEL, QUEUE, TRACKS, Note, Timeline, place
 
 _ACTIVITY = {"device": 0, "engine": 1, "launch": 2}
 _HOST_MODES = (ProfileMode.CPU_UTIL, ProfileMode.HOST_MEMORY)
@@ -60,15 +62,11 @@ def on_start(custom_profiler_config: str) -> tuple:
     return limit, mask, device, name, "projected", [(TRACKS.index(t) + 1, t) for t in shown]
 
 
-def _metadata(args: dict) -> list[tuple[str, str]]:
-    return [(k, json.dumps(v)) for k, v in args.items()]
-
-
 def _as_tuple(event, origin_ns: int) -> tuple:
     host = event.kind == "launch"
     return (_ACTIVITY[event.kind], event.name, os.getpid() if host else event.device,
             event.thread if host else TRACKS.index(event.track) + 1, origin_ns + round(event.start_ns),
-            origin_ns + round(event.end_ns), event.correlation, event.flow, host, _metadata(event.args))
+            origin_ns + round(event.end_ns), event.correlation, event.flow, host, LABEL, json.dumps(event.args))
 
 
 def build(records, start_ns: int, end_ns: int) -> list[tuple]:

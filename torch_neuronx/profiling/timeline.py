@@ -66,7 +66,7 @@ class DeviceEvent:
     correlation: int = 0
     flow: int = 0
     thread: int = 0
-    args: dict = dataclasses.field(default_factory=dict)
+    args: dict = dataclasses.field(default_factory=dict)  # its figures; every event is labelled LABEL
 
     @property
     def seconds(self) -> float:
@@ -125,18 +125,18 @@ class _Placer:
         self.timeline.placed[what] += 1
         self.timeline.events.append(DeviceEvent(
             "device", f"{name} ({LABEL})", track, note.device, start, end, note.correlation, flow,
-            args={"label": LABEL, "queued_us": (start - note.issued_ns) / 1e3, **args}))
+            args={"queued_us": (start - note.issued_ns) / 1e3, **args}))
         if self.launches:
             self.timeline.events.append(DeviceEvent(
                 "launch", LAUNCH, "host", note.device, note.issued_ns, note.issued_ns, note.correlation, flow,
-                note.thread, {"label": LABEL, "work": name}))
+                note.thread, {"work": name}))
         return end
 
     def _busy(self, note: Note, engine: str, start: float, seconds: float, op: str) -> None:
         if self.engines and seconds > 0:
             self.timeline.events.append(DeviceEvent(
                 "engine", ENGINE_TRACKS[engine], ENGINE_TRACKS[engine], note.device, start,
-                start + seconds * 1e9, args={"label": LABEL, "work": op}))
+                start + seconds * 1e9, args={"work": op}))
 
     def _kernel(self, note: Note, core: _Core) -> None:
         cost = self.projector.kernels.get(note.key)

@@ -16,8 +16,7 @@
 // interface only under this macro.
 #define USE_KINETO
 #endif
-// GenericTraceActivity::addMetadata formats with fmt, whose compiled part
-// libtorch keeps to itself.
+// Kineto's headers format with fmt, whose compiled part libtorch keeps to itself.
 #define FMT_HEADER_ONLY
 
 #include "profiler/DeviceTrace.h"
@@ -204,7 +203,7 @@ class Session : public libkineto::IActivityProfilerSession {
   }
 
   // (kind, name, device, resource, start ns, end ns, linked correlation, flow id, flow start,
-  //  [(key, JSON value)])
+  //  label, the event's figures as a JSON object)
   void log_event(
       libkineto::ActivityLogger& logger,
       const libkineto::getLinkedActivityCallback& linked,
@@ -216,19 +215,21 @@ class Session : public libkineto::IActivityProfilerSession {
     a.startTime = e[4].cast<int64_t>();
     a.endTime = e[5].cast<int64_t>();
     const auto correlation = e[6].cast<int64_t>();
-    a.id = static_cast<int32_t>(e[7].cast<int64_t>());
     if (correlation > 0 && linked) {
       a.linked = linked(static_cast<int32_t>(correlation));
     }
-    if (a.id > 0) {
-      a.flow.id = static_cast<uint32_t>(a.id);
+    // `id` stays 0: the flow has its own id, and PyTorch reads an event's id as the
+    // correlation id of an op.
+    const auto flow = e[7].cast<int64_t>();
+    if (flow > 0) {
+      a.flow.id = static_cast<uint32_t>(flow);
       a.flow.type = libkineto::kLinkAsyncCpuGpu;
       a.flow.start = e[8].cast<bool>();
     }
-    for (auto kv : e[9]) {
-      auto pair = kv.cast<py::tuple>();
-      a.addMetadata(pair[0].cast<std::string>(), pair[1].cast<std::string>());
-    }
+    // Two entries, not one per figure: a profile has thousands of events, and each entry is a
+    // formatted string in a map.
+    a.addMetadataQuoted("label", e[9].cast<std::string>());
+    a.addMetadata("projection", e[10].cast<std::string>());
     a.log(logger);
   }
 
