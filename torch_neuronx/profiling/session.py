@@ -16,9 +16,12 @@ time), 1 an engine's busy span, 2 a host launch; the trace shows the args under
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
+
+from torch._C import _autograd as _C_autograd
 
 from .. import projection
 from ..accounting import projected
@@ -30,6 +33,17 @@ from .timeline import COLLECTIVES, LABEL, QUEUE, TRACKS, Note, Timeline, place
 _ACTIVITY = {"device": 0, "engine": 1, "launch": 2}
 _HOST_MODES = (ProfileMode.CPU_UTIL, ProfileMode.HOST_MEMORY)
 _state: dict = {"options": session_options(""), "last": None, "warned": set()}
+
+
+@contextlib.contextmanager
+def _unrecorded():
+    """Projecting a signature runs its op on meta tensors: not the user's ops, so not in
+    the user's CPU trace (RecordFunction off on this thread meanwhile)."""
+    _C_autograd._enable_record_function(False)
+    try:
+        yield
+    finally:
+        _C_autograd._enable_record_function(True)
 
 
 def _warn_once(key: str, text: str) -> None:
@@ -51,7 +65,8 @@ def on_start(custom_profiler_config: str) -> tuple:
             _warn_once(mode.name, f"neuron profiler: ProfileMode.{mode.name} adds nothing on the emulated device: "
                                   "the host is the CPU of this trace (use profile_memory=True for its memory)")
     if options["precache_node_info"]:
-        projected.project_pending()
+        with _unrecorded():
+            projected.project_pending()
     limit = options["max_events_per_nc"] or settings.get_int("NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC")
     cores = options["cores"]
     mask = None if cores is None else sum(1 << c for c in cores)
@@ -71,7 +86,8 @@ def _as_tuple(event, origin_ns: int) -> tuple:
 
 def build(records, start_ns: int, end_ns: int) -> list[tuple]:
     try:
-        projected.project_pending()  # signatures first met while recording
+        with _unrecorded():
+            projected.project_pending()  # signatures first met while recording
         timeline = place((Note(*r) for r in records), projection.get_projector(), _state["options"]["modes"])
         _state["last"] = timeline
         for kind, n in timeline.unprojected.items():
