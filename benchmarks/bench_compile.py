@@ -8,7 +8,7 @@
   python -m benchmarks.bench_compile train       # the suite's compiled training step, the same way
   python -m benchmarks.bench_compile eager-decode  # eager decode: neuron vs CPU, one process
 
-Model: Llama, hidden 256, 4 layers, vocab 4096, batch 4 x 128 (the issue's sizes).
+Model: Llama, hidden 256, 4 layers, vocab 4096, batch 4 x 128 (the suite's sizes).
 """
 from __future__ import annotations
 
