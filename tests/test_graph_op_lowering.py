@@ -1,4 +1,4 @@
-"""What Dynamo and AOTAutograd put in a graph lowers to StableHLO (issue 29).
+"""What Dynamo and AOTAutograd put in a graph lowers to StableHLO.
 
 Graph lowering is on by default, so an op that torch-mlir cannot lower fails
 ``torch.compile(backend="neuron")``. These ops reached torch-mlir only
@@ -306,7 +306,7 @@ BACKWARD_FAILS = textwrap.dedent("""
     import sys, torch, torch_neuronx
     from torch._inductor import inductor_prims
     from torch_neuronx.compile import stablehlo
-    stablehlo._graph_op_decompositions().pop(inductor_prims.fma)  # the issue's backward failure, back
+    stablehlo._graph_op_decompositions().pop(inductor_prims.fma)  # without the rewrite the backward fails
     model = torch.nn.Linear(8, 8).to("neuron")
     fn = torch.compile(lambda x: torch.softmax(model(x), -1).pow(2).sum(), backend="neuron")
     x = torch.rand(4, 8, device="neuron", requires_grad=True)

@@ -1,4 +1,4 @@
-"""Inductor's 2-D tiled CPU kernels with an accumulating store (issue 29, Falcon's wrong gradients).
+"""Inductor's 2-D tiled CPU kernels with an accumulating store (Falcon's wrong gradients).
 
 Inductor 2.13 builds a 2-D tiled kernel when a fused input is read transposed; its
 atomic add then rewrites the store index twice (``x1 + 2*x1_inner``): wrong sums, or

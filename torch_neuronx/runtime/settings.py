@@ -240,7 +240,7 @@ def defer_bad_values() -> ConfigError | None:
     """Parse every declared variable that is set; return the first ``ConfigError``.
 
     A bad value must not break ``import torch`` for every script, CPU-only ones
-    included (issue 18): the variables that fail are read as unset afterwards,
+    included: the variables that fail are read as unset afterwards,
     and the caller raises the returned error where the device is first used.
     """
     first = None
