@@ -277,9 +277,9 @@ def test_a_one_process_row_refuses_a_ratio_when_a_processs_two_sides_computed_di
 
 
 def test_decode_op_table_profiles_the_same_ops_on_both_devices():
-    """``python -m benchmarks.decode_ops``: the same generate() on CPU and neuron runs the same
+    """``python -m tools.decode_ops``: the same generate() on CPU and neuron runs the same
     matmuls per token; every op of either device is a row, the table names the ratio per op."""
-    from benchmarks import decode_ops
+    from tools import decode_ops
 
     result = decode_ops.measure("smoke", rounds=1)
     rows = {r["op"]: r for r in result["rows"]}
@@ -294,12 +294,12 @@ def test_decode_op_table_profiles_the_same_ops_on_both_devices():
 
 
 def test_decode_replay_runs_every_call_by_itself_with_the_same_result_on_both_devices():
-    """``python -m benchmarks.decode_ops --replay``: every distinct call of the decode replays on
+    """``python -m tools.decode_ops --replay``: every distinct call of the decode replays on
     both devices from its recorded arguments and gives CPU's result; per-token call counts are the
     model's (a Llama layer has seven projections, plus the LM head, per forward)."""
     import torch_neuronx  # noqa: F401
 
-    from benchmarks import decode_ops
+    from tools import decode_ops
 
     result = decode_ops.replay("smoke", loops=2)
     assert result["failed"] == {} and result["differing"] == []

@@ -335,7 +335,7 @@ def test_graph_key_recomputes_from_artifact_text():
 
 @pytest.mark.slow
 def test_opinfo_sweep_classifies_ops_and_writes_the_docs_section(tmp_path):
-    from benchmarks import opinfo_lowering
+    from tools import opinfo_lowering
 
     result = opinfo_lowering.sweep({"add", "erfinv", "nonzero"})
     ops = result["ops"]
