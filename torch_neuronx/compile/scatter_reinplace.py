@@ -1,7 +1,7 @@
 """The scatters of our ``index_put`` written in place by Inductor, as its own ``index_put`` is.
 
 The AOTAutograd table of ``backend="neuron"`` writes ``index_put`` as a scatter into the
-flattened tensor (compile/index_put.py, the real product's table). A static KV cache is
+flattened tensor (compile/lowering/decompositions/index_put.py, the real product's table). A static KV cache is
 updated that way on every decode step (``index_copy_`` → ``index_put`` → ``scatter``), and
 Inductor 2.13 reinplaces ``index_put`` but not ``scatter``: each step then allocated a copy of
 every layer's key and value cache, scattered the new token into the copy and copied it back
