@@ -364,7 +364,7 @@ def test_decoding_with_kernel_accounting_off_runs_and_projects_nothing(tmp_path)
     assert result["metrics"]["per_token_ms"] and not [m for m in result["metrics"] if m.startswith("projected_")]
 
 
-def test_every_measured_op_and_per_token_row_has_the_issue_limit():
+def test_every_measured_op_and_per_token_row_has_its_limit():
     """The suite's targets: each op the ``ops`` workload times is a per-op row with a limit of
     1.15x CPU eager (its wall clock; its thread-CPU-time row is context, without a limit); both per-token rows of the manual decode loop have a limit of 1.05x."""
     from benchmarks.adapters import make_adapter
