@@ -160,6 +160,31 @@ def test_tensorboard_handler_writes_the_device_timeline(tmp_path):
     assert [e["name"] for e in events if e.get("cat") == "kernel"] == ["aten::mul.Tensor (projected)"]
 
 
+def test_step_pictures_show_what_the_timeline_holds(tmp_path):
+    """The pictures a report shows of one steady step, from the step's exported trace."""
+    from torch_neuronx import projection
+    from torch_neuronx.profiling.pictures import step_pictures
+
+    w = torch.randn(32, 32, device="neuron")
+
+    def step():
+        torch.softmax(w @ w, dim=-1).sum()
+
+    step()
+    drawn = step_pictures(step, tmp_path)
+    timeline, summary = last_timeline(), drawn["summary"]
+    assert summary["label"] == "projected" and summary["events"] == len(timeline.device_events()) == 3  # mm, softmax, sum
+    assert summary["device_seconds"] == pytest.approx(timeline.device_seconds(), abs=1e-9 * summary["events"])
+    engines = [e for e in timeline.events if e.kind == "engine"]
+    for name, busy in summary["engine_busy_seconds"].items():
+        assert busy == pytest.approx(sum(e.seconds for e in engines if e.name == name), abs=1e-9 * len(engines))
+    assert summary["flops"] == 2 * 32**3
+    assert summary["mfu"] == projection.get_projector().mfu(2 * 32**3, summary["device_seconds"])
+    assert [t["name"] for t in summary["top"]][0] in {e.name for e in timeline.device_events()}
+    for png in (drawn["timeline_png"], drawn["summary_png"]):
+        assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
 # --- without code changes: NEURON_RT_INSPECT_ENABLE ------------------------------------------------
 
 _CAPTURED = """

@@ -124,6 +124,25 @@ def save(fig, path) -> str:
     return os.fspath(path)
 
 
+def step_pictures(step, folder) -> dict:
+    """Profile one call of ``step`` (warm: its kernels and graphs met before) with CPU and device
+    activity, and draw it into ``folder``: the trace, the timeline and summary PNGs, the summary.
+    What a report shows of one steady step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        step()
+    trace_path = os.path.join(folder, "step-trace.json")
+    prof.export_chrome_trace(trace_path)
+    trace = read_trace(trace_path)
+    summary = device_summary(trace)
+    return {"trace": trace_path, "summary": summary,
+            "timeline_png": save(timeline_figure(trace), os.path.join(folder, "step-timeline.png")),
+            "summary_png": save(summary_figure(summary), os.path.join(folder, "step-summary.png"))}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Draw a profile's projected device timeline and summary.")
     parser.add_argument("trace", help="a Chrome trace written by export_chrome_trace or NeuronProfiler")
