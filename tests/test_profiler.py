@@ -185,6 +185,15 @@ def test_step_pictures_show_what_the_timeline_holds(tmp_path):
         assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_overhead_tool_pairs_cpu_and_device_profiles():
+    from tools.profiling_overhead import markdown, measure
+
+    result = measure(pairs=1, layers=1)
+    assert [len(result["seconds"][k]) for k in ("none", "cpu", "device")] == [1, 1, 1]
+    assert result["events"]["device"] > result["events"]["cpu"]  # the device events are there
+    assert "CPU + device over CPU only: wall **" in markdown(result)
+
+
 # --- without code changes: NEURON_RT_INSPECT_ENABLE ------------------------------------------------
 
 _CAPTURED = """

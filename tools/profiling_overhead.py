@@ -1,6 +1,6 @@
 """What profiling the device costs: a training step under ``torch.profiler``, CPU only vs CPU + device.
 
-``python -m benchmarks.profiling`` runs one eager tiny-Llama AdamW step on ``neuron`` per
+``python -m tools.profiling_overhead`` runs one eager tiny-Llama AdamW step on ``neuron`` per
 measurement, in one process, warm: unprofiled, profiled with ``ProfilerActivity.CPU`` (what a
 user profiling the host pays), and profiled with ``CPU`` + ``PrivateUse1`` and the default
 ``NeuronConfig`` (the device timeline added). Each profiled measurement includes what a user
@@ -22,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 from torch_neuronx.coverage.probe import token_batch
 from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm
 
-from .stats import paired_ratio
+from benchmarks.stats import paired_ratio
 
 ACTIVITIES = {"cpu": [ProfilerActivity.CPU], "device": [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]}
 
