@@ -21,6 +21,7 @@
 
 #include "profiler/DeviceTrace.h"
 #include "runtime/Device.h"
+#include "runtime/Fork.h"
 #include "runtime/PerThread.h"
 
 #include <c10/util/ApproximateClock.h>
@@ -65,6 +66,8 @@ std::vector<std::deque<Note>> g_notes; // per core, under g_mutex
 size_t g_limit = 0; // notes kept per core (the oldest dropped first); under g_mutex
 uint64_t g_capture_mask = ~uint64_t{0}; // cores recorded; under g_mutex
 std::atomic<uint64_t> g_session{0};
+// A child forked while another thread noted work must not inherit the held lock.
+const bool g_fork_handler = on_fork_child([] { recreate_lock(g_mutex); });
 // Leaked on purpose, like the accounting's callback: they outlive interpreter teardown.
 py::object* g_on_start = nullptr;
 py::object* g_build = nullptr;
