@@ -203,16 +203,26 @@ print((y @ y).repeat(1, 2).sum().item())
 """
 
 
+_PROFILED_TOO = """
+import torch
+from torch.profiler import ProfilerActivity, profile
+with profile(activities=[ProfilerActivity.CPU]):
+    torch.ones(4, device="neuron") * 2
+"""
+
+
 def _inspect_runs(folder, environ):
     """A script run unchanged with the runtime's capture on: into a folder, and into one that
     cannot be written."""
     blocker = folder / "a-file"
     blocker.write_text("")
     runs = {}
-    for name, out in (("written", folder / "output"), ("unwritable", blocker / "output")):
+    for name, out, script in (("written", folder / "output", _CAPTURED),
+                              ("unwritable", blocker / "output", _CAPTURED),
+                              ("profiled in the code too", folder / "nested", _PROFILED_TOO)):
         env = {**environ, "NEURON_RT_INSPECT_ENABLE": "1", "NEURON_RT_INSPECT_DEVICE_PROFILE": "1",
                "NEURON_RT_INSPECT_OUTPUT_DIR": str(out)}
-        runs[name] = children.start(["-c", _CAPTURED], env=env)
+        runs[name] = children.start(["-c", script], env=env)
     return {name: children.finished(proc) for name, proc in runs.items()} | {"folder": folder}
 
 
@@ -235,6 +245,13 @@ def test_environment_capture_into_an_unwritable_folder_warns_and_runs(inspect_ru
     assert run.returncode == 0, run.stderr
     lines = [line for line in run.stderr.splitlines() if "NEURON_RT_INSPECT_ENABLE" in line]
     assert len(lines) == 1 and "profiling is off for this run" in lines[0] and "is a file" in lines[0], run.stderr
+
+
+def test_environment_capture_ended_by_a_profiler_in_the_code_warns_and_exits_cleanly(inspect_runs):
+    """PyTorch runs one profiler at a time: the program's own ended the capture's."""
+    run = inspect_runs["profiled in the code too"]
+    assert run.returncode == 0, run.stderr
+    assert "no trace written: a torch.profiler in the program ended the capture" in run.stderr
 
 
 def test_capture_is_off_unless_asked(monkeypatch):

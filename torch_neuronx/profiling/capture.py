@@ -15,6 +15,8 @@ from __future__ import annotations
 import atexit
 import warnings
 
+import torch
+
 from ..runtime import settings
 from ..runtime.errors import first_line
 from .config import NeuronConfig, ProfileMode
@@ -57,6 +59,12 @@ def stop():
     if not _active:
         return None
     prof, exporter = _active.pop("prof"), _active.pop("exporter")
+    if not torch.autograd.profiler._is_profiler_enabled:
+        # PyTorch runs one profiler at a time: a torch.profiler the program started and stopped
+        # ended this one too, and exporting its empty result would crash
+        warnings.warn("NEURON_RT_INSPECT_ENABLE=1: no trace written: a torch.profiler in the program ended "
+                      "the capture (use one or the other)", RuntimeWarning, stacklevel=2)
+        return None
     try:
         prof.stop()
     except Exception as exc:  # noqa: BLE001
