@@ -112,7 +112,13 @@ class Session : public libkineto::IActivityProfilerSession {
   void start() override {
     py::gil_scoped_acquire gil;
     // (limit per core, captured cores or None, device id, name, label, [(resource id, name)])
-    py::tuple setup = (*g_on_start)(custom_config_);
+    py::tuple setup;
+    try {
+      setup = (*g_on_start)(custom_config_);
+    } catch (py::error_already_set& e) { // never into Kineto: this profile records no device work
+      errors_.push_back(e.what());
+      return;
+    }
     std::lock_guard<std::mutex> lock(g_mutex);
     g_limit = setup[0].cast<size_t>();
     g_capture_mask = setup[1].is_none() ? ~uint64_t{0} : setup[1].cast<uint64_t>();
