@@ -44,6 +44,13 @@ class HeadLayout:
         return self.padded_heads - self.heads
 
     @property
+    def zero_kv_heads(self) -> int:
+        """KV heads that are padding (zeros), not copies of a real head."""
+        if self.strategy == "sharded":
+            return self.padded_kv_heads - self.kv_heads
+        return self.extra_heads if self.strategy == "convert-to-mha" else 0
+
+    @property
     def kv_replicas(self) -> int:
         """Ranks holding the same KV head (their gradients are all-reduced in training)."""
         return self.tp // self.kv_heads if self.strategy == "replicate-kv" else 1

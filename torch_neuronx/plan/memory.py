@@ -65,10 +65,9 @@ def _training(ctx: PlanContext, layout: Layout) -> dict[str, float]:
 def _serving(ctx: PlanContext, layout: Layout) -> dict[str, float]:
     """A replica's rank: the whole TP-sharded model (every replica holds its own copy), the static
     KV cache of ``max_len`` positions allocated up front, the traced activation peak."""
-    return {"parameters": ctx.weight_bytes(layout.tp),
-            "kv_cache": ctx.kv_cache_bytes(layout, ctx.max_len),
-            "activations_peak": activations(ctx, layout, False),
-            "runtime_reserve": RUNTIME_RESERVE_BYTES}
+    cache = {"kv_cache": ctx.kv_cache_bytes(layout, ctx.max_len)} if ctx.kind == "decoder" else {}
+    return {"parameters": ctx.weight_bytes(layout.tp), **cache,
+            "activations_peak": activations(ctx, layout, False), "runtime_reserve": RUNTIME_RESERVE_BYTES}
 
 
 def memory(ctx: PlanContext, layout: Layout) -> MemoryPlan:
@@ -79,6 +78,14 @@ def memory(ctx: PlanContext, layout: Layout) -> MemoryPlan:
         key = ("activations_peak_without_checkpointing" if layout.checkpointing
                else "activations_peak_with_checkpointing")
         other[key] = activations(ctx, layout, not layout.checkpointing)
-    padding = ctx.parameters(layout.tp, 1).padding_tp_local * (ctx.job.dtype.itemsize if ctx.train
-                                                                else ctx.weight_dtype.itemsize)
-    return MemoryPlan(parts, ctx.profile.hbm_per_logical_core(layout.lnc), other, padding)
+    return MemoryPlan(parts, ctx.profile.hbm_per_logical_core(layout.lnc), other, _padding(ctx, layout, parts))
+
+
+def _padding(ctx: PlanContext, layout: Layout, parts: dict[str, float]) -> float:
+    """What the padded heads add: their share of the parameters and of the KV cache."""
+    item = ctx.job.dtype.itemsize if ctx.train else ctx.weight_dtype.itemsize
+    weights = ctx.parameters(layout.tp, 1).padding_tp_local * item
+    heads = ctx.heads(layout.tp)
+    if not heads or not parts.get("kv_cache"):
+        return weights
+    return weights + parts["kv_cache"] * heads.zero_kv_heads / heads.padded_kv_heads

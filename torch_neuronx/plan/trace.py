@@ -251,6 +251,18 @@ def _layer_parameters(config, cfg) -> int:
     return sum(p.numel() for n, p in model.named_parameters() if FIRST_LAYER.search(n))
 
 
+def _rank_layer(config, work: Workload) -> int | None:
+    """Parameters of one layer of the rank's model, or None when its config is refused (a
+    per-rank head count the architecture's own checks reject)."""
+    try:
+        return _layer_parameters(config, rank_config(config, work.tp, 1, work.heads))
+    except Exception as exc:  # noqa: BLE001  Transformers' config checks raise ValueError or its strict-dataclass error
+        if type(exc).__name__ not in ("ValueError", "StrictDataclassClassValidationError", "TypeError",
+                                      "AttributeError"):
+            raise
+        return None
+
+
 def trace(config, work: Workload, projector: Projector) -> TraceResult:
     """Trace ``work`` for one rank with 1 and 2 decoder layers.
 
@@ -260,10 +272,8 @@ def trace(config, work: Workload, projector: Projector) -> TraceResult:
     (GPT-2, BERT, OPT, ...) cannot be shrunk that way; the whole model is traced and a rank's
     work is its share of the layer's parameters (``tp_scale``), padding included."""
     scale = 1.0
-    if work.tp > 1 and work.rank_parameters:
-        own = _layer_parameters(config, rank_config(config, work.tp, 1, work.heads))
-        if own != work.rank_parameters:
-            scale = work.rank_parameters / _layer_parameters(config, rank_config(config, 1, 1))
+    if work.tp > 1 and work.rank_parameters and _rank_layer(config, work) != work.rank_parameters:
+        scale = work.rank_parameters / _layer_parameters(config, rank_config(config, 1, 1))
     tp = work.tp if scale == 1 else 1
     a1, r1 = _run(config, rank_config(config, tp, 1, work.heads), work, projector)
     a2, r2 = _run(config, rank_config(config, tp, 2, work.heads), work, projector)

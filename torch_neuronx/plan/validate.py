@@ -53,10 +53,11 @@ def _shape(r: published.PublishedRow) -> str:
         return f"{r.instances}×{r.instance}, TP {lay['tp']} / PP {lay['pp']} / DP {lay['dp']}, seq {lay['seq_len']}"
     if r.kind == "encoder":
         return f"{r.instance}, TP {lay['tp']}, batch {lay['batch_size']} × {lay['input_len']}"
-    extra = f", max {lay['max_len']}" if lay.get("max_len") else ""
-    weights = f", {lay['weight_dtype']} weights" if lay.get("weight_dtype") else ""
-    return (f"{r.instance}, TP {lay['tp']}, batch {lay['batch_size']}, {lay['input_len']} in / "
-            f"{lay['output_len']} out{extra}{weights}")
+    extra = "".join(text for key, text in (("max_len", f", max {lay.get('max_len')}"),
+                                           ("weight_dtype", f", {lay.get('weight_dtype')} weights"),
+                                           ("sequence_parallel", ", sequence parallel"),
+                                           ("attention", f", {lay.get('attention')} attention")) if lay.get(key))
+    return f"{r.instance}, TP {lay['tp']}, batch {lay['batch_size']}, {lay['input_len']} in / {lay['output_len']} out{extra}"
 
 
 def table_markdown(factors, table: list[fit.ValidationRow], rows: list[published.PublishedRow]) -> str:
