@@ -147,12 +147,9 @@ def test_the_plan_trace_projects_the_same_inference_as_the_device(build, clean_m
     with torch.no_grad():
         name = cache_argument(model)
         prefill = _device_calls(lambda: model(input_ids=ids, use_cache=True))
-        cache = StaticCache(config=model.config, max_cache_len=24)
-        cache.early_initialization(2, cfg.num_key_value_heads if hasattr(cfg, "num_key_value_heads") else
-                                   cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads,
-                                   torch.float32, ids.device)
-        decode = _device_calls(lambda: model(input_ids=ids[:, :1], use_cache=True, **{name: cache},
-                                             cache_position=torch.tensor([16], device="neuron")))
+        step = {"input_ids": ids[:, :1], "use_cache": True, name: StaticCache(config=model.config, max_cache_len=24)}
+        model(**step, cache_position=torch.tensor([16], device="neuron"))  # allocates the cache, unrecorded
+        decode = _device_calls(lambda: model(**step, cache_position=torch.tensor([16], device="neuron")))
     device = prefill + decode
     projector = P.get_projector()
     traced = trace(cfg, Workload("infer", 1, 2, 16, torch.float32, max_len=24), projector)

@@ -99,7 +99,9 @@ def rank_config(config, tp: int, layers: int, heads: HeadLayout | None = None):
     data.pop("layer_types", None)
     if tp > 1:
         if heads is not None:
-            data["head_dim"] = head_dim(config)
+            fixed = getattr(type(config), "head_dim", None)  # Falcon derives it, read-only, from the hidden size
+            if not (isinstance(fixed, property) and fixed.fset is None):
+                data["head_dim"] = head_dim(config)
             data["num_attention_heads"] = heads.heads_per_rank
             if "num_key_value_heads" in data or getattr(config, "num_key_value_heads", None):
                 data["num_key_value_heads"] = heads.kv_heads_per_rank
@@ -181,7 +183,8 @@ def _serve(model, work: Workload, ids, tracker, projector: Projector) -> dict[st
     itself, causally, and its keys and values are written out), then one decode step against a
     static cache of ``max_len`` positions (every decode step has these shapes: attention reads all
     ``max_len`` positions under its mask, as the static-cache path does). The static cache is
-    made outside the memory tracker: the plan counts it on its own (``memory.py``)."""
+    allocated outside the memory tracker and the recording, as a server allocates it once: the
+    plan counts it on its own (``memory.py``)."""
     model.eval()
     with torch.no_grad():
         if not work.max_len:
@@ -192,22 +195,23 @@ def _serve(model, work: Workload, ids, tracker, projector: Projector) -> dict[st
 
         with tracker, ProjectionMode(projector) as prefill:
             model(input_ids=ids, use_cache=True)
-        static = StaticCache(config=model.config, max_cache_len=work.max_len)
-        _allocate(static, model.config, work)
+        step = {"input_ids": ids[:, :1], "use_cache": True, "cache_position": torch.tensor([work.seq_len]),
+                cache_argument(model): StaticCache(config=model.config, max_cache_len=work.max_len)}
+        model(**step)  # the cache's first update allocates it, outside the recording
         with ProjectionMode(projector) as decode:
-            model(input_ids=ids[:, :1], use_cache=True, cache_position=torch.tensor([work.seq_len]),
-                  **{cache_argument(model): static})
+            model(**step)
     return {"prefill": prefill, "decode": decode}
 
 
-def _allocate(cache, config, work: Workload) -> None:
-    """Allocate the static cache before the prefill is recorded: serving allocates it once, not
-    per request (an architecture whose layers differ in their heads allocates it lazily)."""
-    kv = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+def _built(config, cfg, work: Workload):
+    """The rank's model with the workload's attention; an architecture Transformers gives no SDPA
+    attention (Gemma-2, BLOOM, GPT-OSS) keeps its own, which computes the scores in full."""
     try:
-        cache.early_initialization(work.batch, kv, head_dim(config), work.dtype, torch.device(DEVICE))
-    except (TypeError, ValueError, AttributeError, RuntimeError):
-        pass
+        return build_model(config, cfg, dtype=work.dtype, attn_implementation=work.attention)
+    except ValueError as exc:
+        if "scaled_dot_product_attention" not in str(exc):
+            raise
+        return build_model(config, cfg, dtype=work.dtype, attn_implementation="eager")
 
 
 def _run(config, cfg, work: Workload, projector: Projector) -> tuple[float, dict[str, ProjectionMode]]:
@@ -215,7 +219,7 @@ def _run(config, cfg, work: Workload, projector: Projector) -> tuple[float, dict
 
     autocast = torch.autocast(DEVICE, dtype=torch.bfloat16) if work.autocast else contextlib.nullcontext()
     with _reentered_modules_tolerated(), FakeTensorMode(), torch.device(DEVICE):
-        model = build_model(config, cfg, dtype=work.dtype, attn_implementation=work.attention)
+        model = _built(config, cfg, work)
         ids = torch.zeros(work.batch, work.seq_len, dtype=torch.long)
         tracker = _activation_tracker()
         tracker.track_external(model)
@@ -253,13 +257,12 @@ def _layer_parameters(config, cfg) -> int:
 
 def _rank_layer(config, work: Workload) -> int | None:
     """Parameters of one layer of the rank's model, or None when its config is refused (a
-    per-rank head count the architecture's own checks reject)."""
+    per-rank head count the architecture's own checks reject, a read-only ``head_dim``)."""
+    from huggingface_hub.errors import StrictDataclassError
+
     try:
         return _layer_parameters(config, rank_config(config, work.tp, 1, work.heads))
-    except Exception as exc:  # noqa: BLE001  Transformers' config checks raise ValueError or its strict-dataclass error
-        if type(exc).__name__ not in ("ValueError", "StrictDataclassClassValidationError", "TypeError",
-                                      "AttributeError"):
-            raise
+    except (ValueError, TypeError, AttributeError, StrictDataclassError):
         return None
 
 
