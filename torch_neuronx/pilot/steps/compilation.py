@@ -28,6 +28,9 @@ class CompilationResult:
         return data
 
 
+RESULT = CompilationResult  # made empty before the first mode: a step no mode reached says so
+
+
 def mark_unavailable(result: CompilationResult, mode: str, reason: str) -> None:
     result.modes[mode] = {"available": False, "reason": reason}
 
@@ -78,6 +81,12 @@ def run(result: CompilationResult, mode: str, dev_model, device: torch.device, b
     data["dynamo"] = compiler.dynamo_metrics() if mode == "compile" else None
     data["projected_compile"] = compiler.projected_compile(device, len(signatures), data["dynamo"])
     return checks + _lowering_checks(lowering)
+
+
+def run_mode(ctx, mode: str) -> None:
+    """Cold and warm calls of every known shape in ``mode`` (runs first in each mode block)."""
+    with ctx.part(f" ({mode})", total=2 * len(ctx.known.batches)) as advance:
+        ctx.add_checks(run(ctx.section.result, mode, ctx.model, ctx.device, ctx.known.batches, advance))
 
 
 # --- eager kernels lowered to StableHLO (the opt-in of compile/kernel_lowering.py) ---

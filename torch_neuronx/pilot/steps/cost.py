@@ -135,6 +135,22 @@ def run(price: Price, basis: str, gen_tokens: int, device_type: str,
     return CostResult(price.usd_per_hour, price.source, basis, jobs, overhead, ft, projected)
 
 
+def run_once(ctx) -> None:
+    """Last: prices the other steps' results."""
+    import torch
+
+    from ...projection import get_projector
+
+    neuron = ctx.device.type == "neuron"
+    instance = torch.neuron.topology().profile.name if neuron else None
+    user_price = ctx.cfg.price_per_hour
+    with ctx.part():
+        ctx.section.result = run(price_for(ctx.device.type, user_price, instance),
+                                 ctx.recorder.report.environment.time_basis, ctx.cfg.gen_tokens, ctx.device.type,
+                                 ctx.result("compilation"), ctx.result("performance"), ctx.result("finetune"),
+                                 projector=get_projector() if neuron else None, user_price=user_price)
+
+
 def status(r: CostResult) -> str | None:
     return "not_available" if r.price_per_hour_usd is None else None
 
