@@ -60,7 +60,7 @@ def test_a_checkpoint_without_its_lm_head_is_not_a_causal_lm(tmp_path, capsys):
     BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                          vocab_size=64)).save_pretrained(ckpt)
     assert main(["pilot", str(ckpt), "--out", str(tmp_path / "out"), *MINIMAL]) == 2
-    report = _strict_json(tmp_path / "out" / "report.json")
+    report = _strict_json(tmp_path / "out" / "report.error.json")
     assert report["error"]["kind"] == "not_causal_lm" and report["status"] == "error"
     assert "cls.predictions" in report["error"]["message"]  # the missing head, named
     assert "pooler.dense" in report["error"]["message"]  # and the unused weights
@@ -75,7 +75,7 @@ def test_a_tokenizer_that_cannot_encode_the_text_fails_the_run(tmp_path):
     words.pre_tokenizer = pre_tokenizers.Whitespace()
     ckpt = _llama_checkpoint(tmp_path / "model", PreTrainedTokenizerFast(tokenizer_object=words, unk_token="<unk>"))
     assert main(["pilot", str(ckpt), "--out", str(tmp_path / "out"), *MINIMAL]) == 2
-    report = _strict_json(tmp_path / "out" / "report.json")
+    report = _strict_json(tmp_path / "out" / "report.error.json")
     assert report["error"]["kind"] == "bad_tokenizer" and report["error"]["step"] == "inputs"
     assert "unknown token" in report["error"]["message"]
 
@@ -95,7 +95,7 @@ def test_a_truncated_tokenizer_falls_back_visibly_and_an_oom_in_the_last_step_ke
     cfg = PilotConfig(model=str(ckpt), batch_size=1, seq_lens=(8,), gen_tokens=2, iters=2, train_steps=1,
                       out=tmp_path / "out")
     assert run_pilot(cfg, ui) == 2
-    report = _strict_json(tmp_path / "out" / "report.json")
+    report = _strict_json(tmp_path / "out" / "report.error.json")
     validate_report(report)
     assert report["error"]["kind"] == "out_of_memory" and report["error"]["step"] == "cost"
     steps = report["steps"]
@@ -114,7 +114,7 @@ def test_a_truncated_tokenizer_falls_back_visibly_and_an_oom_in_the_last_step_ke
                                            ("--price-per-hour", "-inf"), ("--hbm-per-core", "nan")])
 def test_non_finite_numbers_are_rejected(tmp_path, capsys, option, value):
     assert main(["pilot", "--out", str(tmp_path), f"{option}={value}"]) == 2
-    report = _strict_json(tmp_path / "report.json")
+    report = _strict_json(tmp_path / "report.error.json")
     assert report["error"]["kind"] == "bad_input" and option in report["error"]["message"]
     assert "finite" in _error_lines(capsys.readouterr().err)[0]
 
@@ -202,22 +202,43 @@ def test_sigterm_during_a_rerun_exits_143_and_keeps_the_previous_report(tmp_path
 
 
 def test_a_complete_rerun_replaces_every_file_of_the_previous_run(tmp_path, monkeypatch):
-    """Publishing is all or nothing: no stale checkpoint or interrupted report beside a new report."""
+    """Publishing is all or nothing: no stale checkpoint, interrupted or error report beside a new report."""
     out = tmp_path / "out"
     _previous_run(out)
     (out / "checkpoint").mkdir()
     (out / "checkpoint" / "stale.bin").write_text("old")
-    (out / INTERRUPTED).write_text("{}")
+    for name in (INTERRUPTED, "report.error.json", "report.error.html"):
+        (out / name).write_text("{}")
     (out / "mine.txt").write_text("a file of the user's")
     ui, _, _ = _quiet()
+    cfg = PilotConfig(batch_size=1, seq_lens=(8,), gen_tokens=2, iters=2, train_steps=0, mode="eager", out=out)
+    monkeypatch.setattr(fresh_process, "run_in_child", lambda request, timeout: fresh_process.run(request))
+    assert run_pilot(cfg, ui) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "inputs.json", "mine.txt", "report.html",
+                                                     "report.json"]
+    assert not (out / "checkpoint" / "stale.bin").exists()
+    assert _strict_json(out / "report.json")["status"] == "passed"
+
+
+def test_a_run_that_stops_on_an_error_keeps_the_last_complete_run(tmp_path):
+    """Its report goes beside the previous run's files, which stay byte for byte."""
+    out = tmp_path / "out"
+    before = _previous_run(out)
+    (out / "checkpoint").mkdir()
+    (out / "checkpoint" / "model.safetensors").write_bytes(b"weights")
+    before = _listing(out)
+    ui, _, err = _quiet()
     cfg = PilotConfig(model="/nonexistent/model", out=out)  # ends at once with an error report
     assert run_pilot(cfg, ui) == 2
-    assert sorted(p.name for p in out.iterdir()) == ["mine.txt", "report.html", "report.json"]
-    assert _strict_json(out / "report.json")["status"] == "error"
+    assert {k: v for k, v in _listing(out).items() if not k.startswith("report.error.")} == before
+    assert _strict_json(out / "report.error.json")["error"]["kind"] == "bad_input"
+    assert (out / "report.error.html").is_file() and not list(out.glob(STAGING_PREFIX + "*"))
 
 
 # ---------------------------------------------------------------- configuration errors are one line
-def test_a_configuration_error_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+def test_a_configuration_error_is_one_line_and_exit_2(capsys, monkeypatch):
+    """A ``ConfigError`` a command raises is one line (every command and variable, through the real
+    path, in test_cli_config_errors.py)."""
     from torch_neuronx.cli import info
     from torch_neuronx.runtime.errors import ConfigError
 
@@ -229,11 +250,6 @@ def test_a_configuration_error_is_one_line_and_exit_2(tmp_path, capsys, monkeypa
     printed = capsys.readouterr()
     assert _error_lines(printed.err) == ["error: TORCHNEURON_64BIT='maybe' is not a boolean; use 1/0, true/false, "
                                          "yes/no or on/off"] and "Traceback" not in printed.out + printed.err
-    monkeypatch.setattr("torch_neuronx.pilot.procedure.resolve_device", bad_environment)
-    assert main(["pilot", "--out", str(tmp_path)]) == 2
-    report = _strict_json(tmp_path / "report.json")
-    assert report["error"]["kind"] == "bad_input" and "TORCHNEURON_64BIT" in report["error"]["message"]
-    assert len(_error_lines(capsys.readouterr().err)) == 1
 
 
 def test_a_full_disk_keeps_the_previous_report_in_one_line(tmp_path):

@@ -8,6 +8,11 @@ which registers its arguments and sets ``func`` to the function that runs it
 runtime cannot use (:class:`ConfigError`) — is one line on stderr and
 ``USER_ERROR``; SIGINT / SIGTERM is one line and ``INTERRUPTED`` / ``TERMINATED``;
 any other exception is a bug of ours: its traceback, then ``INTERNAL_ERROR``.
+
+The environment is checked here, before any command runs (:func:`environment_error`),
+so every command names an unusable variable the same way, whether or not it would
+have touched the device. A command that writes a report of a failed run sets
+``on_config_error(args, error)`` (returning the exit code) to record it there too.
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ import importlib
 import sys
 import traceback
 
-from torch_neuronx.runtime.errors import UsageError, UserError
+from torch_neuronx.runtime.errors import ConfigError, UsageError, UserError
 from torch_neuronx.runtime.exit_codes import ExitCode, interrupted_by
 
 SUBCOMMANDS = ("info", "pilot", "coverage", "plan")
@@ -47,6 +52,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def environment_error() -> ConfigError | None:
+    """The first environment variable this process cannot use: a value its declaration refuses,
+    a topology that cannot exist (``runtime/environment.py``), an unusable calibration file."""
+    from torch_neuronx import neuron
+    from torch_neuronx.projection import active_calibration
+    from torch_neuronx.runtime import environment
+
+    error = environment.first_error() or neuron.config_error()
+    if error is None:
+        try:
+            active_calibration()
+        except ConfigError as exc:
+            error = exc
+    return error
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command, unless the environment cannot be used: then one line (and the command's
+    report, where it writes one) and ``USER_ERROR``."""
+    error = environment_error()
+    if error is not None:
+        record = getattr(args, "on_config_error", None)
+        if record is None:
+            raise error
+        return record(args, error)
+    return args.func(args)
+
+
 def main(argv: list[str] | None = None) -> int:
     from torch_neuronx.runtime.interrupts import interrupt_signal, sigterm_as_interrupt
 
@@ -57,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return ExitCode.USER_ERROR
         with sigterm_as_interrupt():
-            return ExitCode(args.func(args) or ExitCode.SUCCESS)
+            return ExitCode(run(args) or ExitCode.SUCCESS)
     except UserError as exc:  # the user's input: one line, like every bad input
         print(f"error: {exc}", file=sys.stderr)
         return ExitCode.USER_ERROR

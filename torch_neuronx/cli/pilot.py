@@ -31,11 +31,12 @@ def config_from_args(args: argparse.Namespace):
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, environment_error=None) -> int:
+    """The pilot; with an ``environment_error`` (``main.environment_error``) only its error report."""
     from torch_neuronx.pilot import run_pilot
     from torch_neuronx.pilot.console import PilotConsole
 
-    return run_pilot(config_from_args(args), PilotConsole())
+    return run_pilot(config_from_args(args), PilotConsole(), environment_error)
 
 
 def add_parser(sub) -> None:
@@ -81,4 +82,4 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default=str(d.out), help=f"output directory (default {d.out})")
     p.add_argument("--inputs", default=None, help="reuse the known inputs of an earlier report (its inputs.json)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the built-in model's weights")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, on_config_error=run)

@@ -9,9 +9,10 @@ step as its parts complete, so a failure later on never erases what already ran.
 
 Exit codes (``runtime/exit_codes.py``): SUCCESS (0) every check passed; FAILURE (1) a check
 failed or a step hit an error; USER_ERROR (2) bad input or an unusable environment (one-line
-error, partial report); INTERNAL_ERROR (3) an internal error of the pilot itself (one line;
-details in report.json); INTERRUPTED / TERMINATED (130 / 143) by SIGINT / SIGTERM (previous
-report kept, partial one beside it).
+error); INTERNAL_ERROR (3) an internal error of the pilot itself (one line; details in the
+report); INTERRUPTED / TERMINATED (130 / 143) by SIGINT / SIGTERM. A run that ends on an error
+or an interrupt keeps the last complete run's files and writes its report beside them
+(``output.py``).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from .context import PilotContext
 from .device import is_emulated, resolve_device, set_core_capacity, use_instance
 from .model import out_of_memory, to_device
 from ..projection import price as instance_price
-from .output import Staging, check_out
+from .output import REPORT, Staging, check_out
 from .recorder import ReportNotWritten, ReportRecorder
 from .steps import AFTER_MODES, BEFORE_MODES, EACH_MODE, STEPS, compilation, cost
 
@@ -42,9 +43,10 @@ class StepError(Exception):
 class PilotProcedure:
     """One run of the pilot: its output directory, its report and the steps in order."""
 
-    def __init__(self, cfg: PilotConfig, ui):
+    def __init__(self, cfg: PilotConfig, ui, environment_error: ConfigError | None = None):
         self.cfg, self.ui = cfg, ui
         self.out = cfg.out
+        self.environment_error = environment_error  # found before the run: it is recorded and ends it
 
     def run(self) -> int:
         from transformers.utils import logging as hf_logging
@@ -66,8 +68,11 @@ class PilotProcedure:
             staging.discard()
             self.ui.error(f"cannot write the report in {self.out}: {exc}; the previous report is kept")
             return ExitCode.USER_ERROR
-        staging.publish()
-        self.ui.summary(recorder.report.to_json(), self.out)
+        if recorder.report.status == "error":
+            files = staging.keep_failed()
+            self.ui.summary(recorder.report.to_json(), files, kept=(self.out / REPORT).exists())
+        else:
+            self.ui.summary(recorder.report.to_json(), staging.publish())
         return recorder.report.exit_code
 
     def _run_and_record(self, recorder: ReportRecorder) -> None:
@@ -77,8 +82,8 @@ class PilotProcedure:
             recorder.settle_all()
         except PilotError as exc:
             self._fail(recorder, exc.kind, str(exc), ExitCode.USER_ERROR)
-        except ConfigError as exc:  # an environment variable the runtime cannot use, found at first device use
-            self._fail(recorder, "bad_input", str(exc), ExitCode.USER_ERROR)
+        except ConfigError as exc:  # an environment variable the runtime cannot use
+            self._fail(recorder, "configuration", str(exc), ExitCode.USER_ERROR)
         except torch.OutOfMemoryError as exc:
             err = out_of_memory(ctx.device or self.cfg.device, exc)
             self._fail(recorder, err.kind, str(err), ExitCode.USER_ERROR)
@@ -106,6 +111,8 @@ class PilotProcedure:
     # ----------------------------------------------------------------- the steps, phase by phase
     def _run_steps(self, ctx: PilotContext) -> None:
         cfg = self.cfg
+        if self.environment_error is not None:
+            raise self.environment_error
         cfg.validate()
         device = ctx.device = resolve_device(cfg.device)
         if cfg.instance and device.type == "neuron":
@@ -174,6 +181,7 @@ class PilotProcedure:
                             "figures_confirmed": p.confirmed}
 
 
-def run_pilot(cfg: PilotConfig, ui) -> int:
-    """Run the pilot with ``ui`` (a :class:`console.PilotConsole`); returns the exit code."""
-    return PilotProcedure(cfg, ui).run()
+def run_pilot(cfg: PilotConfig, ui, environment_error: ConfigError | None = None) -> int:
+    """Run the pilot with ``ui`` (a :class:`console.PilotConsole`); returns the exit code. With an
+    ``environment_error`` (an unusable setting found before the run) the run only records it."""
+    return PilotProcedure(cfg, ui, environment_error).run()
