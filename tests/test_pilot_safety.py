@@ -272,3 +272,105 @@ def test_a_full_disk_keeps_the_previous_report_in_one_line(tmp_path):
                                  "is kept"] and "Traceback" not in err
     assert (out / "report.json").read_text() == '{"previous": true}'
     assert sorted(p.name for p in out.iterdir()) == ["report.json"]  # no staging folder left
+
+
+# ---------------------------------------------------------------- a plain checkpoint, then reruns
+STALE = {"checkpoint/stale.bin": b"old", INTERRUPTED: b"{}", "report.error.json": b"{}",
+         "report.error.html": b"<html></html>"}
+
+
+@pytest.fixture(scope="module")
+def gpt2_run(tmp_path_factory):
+    """A GPT-2 saved with ``save_pretrained`` alone (no tokenizer files), piloted into an --out that
+    holds a stale run's files and one of the user's. The checkpoint step's fresh process runs in
+    this one (the subject here is the report and the files)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    root = tmp_path_factory.mktemp("gpt2-run")
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2, n_positions=64, vocab_size=320)).save_pretrained(
+        root / "my-gpt2")
+    out = root / "out"
+    for name, data in {**STALE, "mine.txt": b"a file of the user's"}.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fresh_process, "run_in_child", lambda request, timeout: fresh_process.run(request))
+        code = main(["pilot", str(root / "my-gpt2"), "--out", str(out), "--batch-size", "1", "--seq-lens", "8", "12",
+                     "--gen-tokens", "2", "--iters", "2", "--train-steps", "2", "--price-per-hour", "2.0"])
+    return code, root, out
+
+
+def test_a_checkpoint_without_tokenizer_files_runs_on_the_byte_level_tokenizer(gpt2_run):
+    code, _, out = gpt2_run
+    report = _strict_json(out / "report.json")
+    assert code == 0, report["summary"]["failed_checks"]
+    inputs = report["steps"]["inputs"]
+    assert inputs["data"]["tokenizer"] == "byte-level (built-in)"
+    assert "no tokenizer files" in inputs["data"]["tokenizer_note"] and "byte-level" in inputs["summary"]
+    assert report["model"]["architecture"] == "GPT2LMHeadModel"
+
+
+def test_a_complete_run_replaces_every_file_of_the_previous_one(gpt2_run):
+    """Publishing is all or nothing: no stale checkpoint file, interrupted or error report beside it."""
+    _, _, out = gpt2_run
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "inputs.json", "mine.txt", "projected-trace.json",
+                                                     "report.html", "report.json"]
+    assert not (out / "checkpoint" / "stale.bin").exists() and (out / "mine.txt").read_bytes() == b"a file of the user's"
+
+
+@pytest.mark.parametrize("bad", [["--dtype", "bf61"], ["--seq-lens", "1"], ["--instance", "trn9.mega"],
+                                 ["MODEL-TYPO"], ["--batch-size", "two"]])
+def test_a_bad_rerun_leaves_the_good_run_byte_for_byte(gpt2_run, bad, capsys):
+    _, root, out = gpt2_run
+    good = _listing(out)
+    model = [str(root / "my-gtp2")] if bad == ["MODEL-TYPO"] else [str(root / "my-gpt2"), *bad]
+    assert main(["pilot", *model, "--out", str(out)]) == 2
+    errors = _error_lines(capsys.readouterr().err)
+    assert len(errors) == 1, errors
+    if bad == ["MODEL-TYPO"]:
+        assert f"did you mean {str(root / 'my-gpt2')!r}" in errors[0]
+    after = _listing(out)
+    assert {k: v for k, v in after.items() if not k.startswith("report.error.")} == good
+    for name in ("report.error.json", "report.error.html"):
+        (out / name).unlink(missing_ok=True)
+
+
+def _basis_counts(basis: str) -> tuple[int, int]:
+    """(programs, StableHLO ops) as the projected compile's basis sentence states them."""
+    import re
+
+    found = re.match(r"(\d+) neuronx-cc programs .*\((\d+) StableHLO ops where lowered", basis)
+    assert found, basis
+    return int(found.group(1)), int(found.group(2))
+
+
+def test_every_figure_the_report_shows_twice_is_the_same(gpt2_run):
+    """One count of compiled programs and of lowered ops; the cost step's figures are the other
+    steps'; host seconds of the emulated device are never priced (only projected ones are)."""
+    _, _, out = gpt2_run
+    report = _strict_json(out / "report.json")
+    steps = {name: step["data"] for name, step in report["steps"].items()}
+    eager = steps["compilation"]["modes"]["eager"]
+    projected, lowering = eager["projected_compile"], eager["lowering"]
+    cold = [shape["cold"] for shape in eager["shapes"].values()]
+    # Every distinct signature of the cold calls, once: what a first run compiles. This process ran
+    # kernels before (a user's fresh one would compile exactly these: misses + disk hits).
+    assert projected["programs"] == projected["eager_kernels"] == lowering["signatures"]
+    assert sum(c["kernel_compilations"] + c["kernel_disk_hits"] for c in cold) <= projected["programs"]
+    assert max(c["kernel_signatures"] for c in cold) <= projected["programs"] <= sum(c["kernel_signatures"] for c in cold)
+    assert projected["stablehlo_ops"] == sum(lowering["stablehlo_ops_per_op"].values()) > 0
+    assert _basis_counts(projected["basis"]) == (projected["programs"], projected["stablehlo_ops"])
+    cost, performance = steps["cost"], steps["performance"]
+    assert cost["compile_overhead"]["projected_first_run"]["eager"]["seconds"] == projected["seconds"]
+    longest = max(performance["generation"]["eager"]["shapes"], key=int)
+    request = performance["generation"]["eager"]["shapes"][longest]["projected"]["request_seconds"]["p50"]
+    assert cost["projected"]["generation"]["eager"]["seconds"] == pytest.approx(request)
+    assert cost["projected"]["training_run"]["total_usd"] == performance["projected_training"]["cost"]["total_usd"]
+    assert cost["finetune"]["seconds"] == pytest.approx(sum(steps["finetune"]["device_step_seconds"]))
+    assert performance["train_samples_per_second"] == steps["finetune"]["train_samples_per_second"]
+    assert cost["price_per_hour_usd"] == report["environment"]["instance"]["price_per_hour_usd"] == 2.0
+    host = [cost["generation"]["eager"], cost["finetune"]]
+    assert all(job["cost_usd"] is None for job in host) and cost["compile_overhead"]["measured_cold_cost_usd"] is None
+    dollars = f"${cost['projected']['generation']['eager']['cost_per_million_tokens_usd']:.4f}"
+    assert report["steps"]["cost"]["summary"].startswith(f"projected: eager: {dollars} per 1M generated tokens")

@@ -51,7 +51,7 @@ def _finetune():
 
 
 def test_cost_is_measured_seconds_times_the_hourly_price():
-    result = cost.run(cost.price_for("neuron", 3.6, "trn2.3xlarge"), "measured on neuron", 5, "neuron",
+    result = cost.run(cost.price_for("cuda", 3.6, None), "measured on cuda", 5, "cuda",
                       _compilation(), _performance(), _finetune())
     job = result.generation["eager"]
     # the largest shape (16) at p50: TTFT + (gen_tokens - 1) per-token latencies
@@ -65,7 +65,20 @@ def test_cost_is_measured_seconds_times_the_hourly_price():
     assert overhead["measured_cold_cost_usd"] == pytest.approx(4.0 * 3.6 / 3600)
     assert overhead["projected_first_run"] == {}  # no projector: nothing projected
     assert cost.status(result) is None
-    assert cost.summary(result) == f"eager: ${job['cost_usd']:.6f} per request at $3.60/h (measured on neuron)"
+    assert cost.summary(result) == f"eager: ${job['cost_usd']:.6f} per request at $3.60/h (measured on cuda)"
+
+
+def test_host_time_of_the_emulated_device_is_never_priced():
+    """The emulated device's seconds are the host CPU's: pricing them at the instance's rate would
+    read as a Trainium cost. They are shown unpriced; only projected seconds get a price."""
+    result = cost.run(cost.price_for("neuron", 3.6, "trn2.3xlarge"), "emulated-host time: ...", 5, "neuron",
+                      _compilation(), _performance(), _finetune())
+    job = result.generation["eager"]
+    assert job["seconds"] == pytest.approx(0.2 + 4 * 0.05)
+    assert job["cost_usd"] is None and job["cost_per_million_tokens_usd"] is None
+    assert result.finetune["cost_usd"] is None and result.compile_overhead["measured_cold_cost_usd"] is None
+    assert cost.summary(result) == "not priced: emulated-host time: ..."
+    assert "$" not in cost.summary(result)
 
 
 def test_cost_without_a_price_is_not_available_and_says_why():

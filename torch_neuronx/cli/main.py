@@ -29,10 +29,19 @@ SUBCOMMANDS = ("info", "pilot", "coverage", "plan")
 
 class _Parser(argparse.ArgumentParser):
     """argparse's own mistakes (an unknown flag, a bad value) become a :class:`UsageError`,
-    reported like every other user error instead of a usage block and ``sys.exit``."""
+    reported like every other user error instead of a usage block and ``sys.exit``; the
+    hint names the command's own help (``torchneuron plan --help``)."""
 
     def error(self, message: str):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+    def unknown(self, extras: list[str]):
+        """Flags or arguments this command does not take, with the closest flag it does take."""
+        from torch_neuronx.runtime.spellings import did_you_mean
+
+        flag = next((x.split("=", 1)[0] for x in extras if x.startswith("--")), None)
+        hint = did_you_mean(flag, self._option_string_actions) if flag else ""
+        self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +59,15 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module.add_parser(sub)
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The arguments; a flag the command does not take is reported by the command's parser."""
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        (commands.choices.get(getattr(args, "command", None)) or parser).unknown(extras)
+    return args
 
 
 def environment_error() -> ConfigError | None:
@@ -85,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         parser = build_parser()  # imports the subcommands: an interrupt here is one line too
-        args = parser.parse_args(argv)
+        args = parse(parser, argv)
         if not getattr(args, "func", None):
             parser.print_help()
             return ExitCode.USER_ERROR

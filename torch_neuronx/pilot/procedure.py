@@ -138,8 +138,9 @@ class PilotProcedure:
             with context:
                 for name in EACH_MODE:
                     self._call(ctx, name, "run_mode", mode)
-                if mode == "compile":  # every graph of the block: compilation, numerics, generation, timing
-                    ctx.result("compilation").modes[mode]["dynamo"] = compiler.dynamo_metrics()
+                for name in EACH_MODE:  # the block's totals: what every step of the block compiled
+                    if hasattr(STEPS[name], "end_mode"):
+                        self._call(ctx, name, "end_mode", mode)
         for name in AFTER_MODES:
             self._call(ctx, name, "run_once")
 

@@ -35,8 +35,11 @@ def run(cfg: PilotConfig, vocab_size: int, tokenizer, tokenizer_note: str | None
     else:
         known = build_inputs(tokenizer, cfg.batch_size, cfg.seq_lens, eval_len=max(cfg.seq_lens))
         origin = "built from the built-in text"
-        if any(i >= vocab_size for rows in known.batches.values() for r in rows for i in r):
-            raise PilotError("bad_input", "the tokenizer produces ids outside the model's vocabulary")
+        largest = max(i for rows in known.batches.values() for r in rows for i in r)
+        if largest >= vocab_size:
+            raise PilotError("bad_tokenizer", f"the {known.tokenizer} tokenizer gives ids up to {largest}, outside the "
+                                              f"model's vocabulary of {vocab_size}; save the model's own tokenizer "
+                                              "into the checkpoint (tokenizer.save_pretrained)")
     path = workdir / "inputs.json"
     known.save(path)
     result = InputsResult(path.name, origin, known.tokenizer, known.batch_size, known.seq_lens,
