@@ -22,7 +22,7 @@ SCHEMA_VERSION = "1.4"  # 1.1: status/kind "interrupted", kind "bad_tokenizer", 
 # 1.3: error_band / ttft_error_band {relative, basis} beside every projected figure;
 # 1.4: error kind "configuration" (an environment variable the run cannot use)
 
-# The procedure order; also the order of the HTML sections.
+# The migration procedure's order; also the order of the HTML sections.
 STEP_ORDER = ("inputs", "numerics", "quality", "finetune", "checkpoint", "compilation", "performance", "cost")
 STEP_STATUSES = ("passed", "failed", "error", "skipped", "not_available", "not_run")
 REPORT_STATUSES = ("passed", "failed", "error", "interrupted")
