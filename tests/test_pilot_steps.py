@@ -8,6 +8,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from torch_neuronx.pilot.report import STEP_ORDER, Check, Report, ReportSchemaError, StepSection, to_json_text
 from torch_neuronx.pilot.report.html import render_html
@@ -142,3 +143,23 @@ def test_report_json_is_strict_and_keeps_every_section():
     rep.status = "maybe"
     with pytest.raises(ReportSchemaError):
         to_json_text(rep)
+
+
+def test_the_projected_compile_counts_every_graph_the_mode_compiled(monkeypatch):
+    """Compile mode: generation and timing compile graphs after the cold calls (a prefill and a
+    decode step per shape); the projected first-run compile counts all of them, as the dynamo
+    figures beside it do. Eager signatures count once each, sized by their StableHLO if lowered."""
+    graphs = [{"graph_node_count": 40, "stablehlo_op_count": 100}] * 5 + [{"graph_node_count": 7,
+                                                                           "stablehlo_op_count": None}]
+    dynamo = {"dynamo_unique_graphs": 6, "neuron_backend": {"available": True, "graphs_compiled": 6,
+                                                            "compiled_graphs": graphs}}
+    monkeypatch.setattr(compilation.compiler, "dynamo_metrics", lambda: dynamo)
+    result = compilation.CompilationResult(modes={"compile": {"available": True}},
+                                           eager_sizes={"compile": [3, None]})
+    compilation.end_mode_with(result, "compile", torch.device("neuron"))
+    projected = result.modes["compile"]["projected_compile"]
+    assert projected["graphs"] == dynamo["neuron_backend"]["graphs_compiled"] == 6
+    assert projected["eager_kernels"] == 2 and projected["programs"] == 8
+    assert projected["stablehlo_ops"] == 5 * 100 + 3 and projected["kernel_ops"] == 7 + 1
+    assert projected["basis"].startswith("8 neuronx-cc programs") and "(503 StableHLO ops where lowered" in projected["basis"]
+    assert "eager_sizes" not in result.to_data()
