@@ -10,6 +10,7 @@ PY := $(VENV)/bin/python
 # The environment: written once, redone only when the dependency lists or the build script change.
 STAMP := $(VENV)/.installed
 TORCHTITAN := torchtitan==0.3.0
+TITAN_STAMP := $(VENV)/.titan-installed
 # The C++ core: an edit under csrc/ recompiles the units that include it, not the environment.
 EXT_STAMP := $(VENV)/.extension-built
 CSRC := $(shell find torch_neuronx/csrc -name '*.cpp' -o -name '*.h')
@@ -42,10 +43,16 @@ $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0 "setuptools>=77" wheel ninja numpy
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[hf,test,stablehlo,titan]"
-	# TorchTitan without its own requirements: the titan extra in pyproject.toml says why.
-	$(PY) -m pip install --quiet --no-deps $(TORCHTITAN)
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[hf,test,stablehlo]"
 	touch $(STAMP)
+
+# TorchTitan and the titan extra, only for make test-titan (make test leaves its jobs out: a
+# 286 MB triton wheel CI would never use). TorchTitan goes in without its own requirements: the
+# titan extra in pyproject.toml says why.
+$(TITAN_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[hf,test,stablehlo,titan]"
+	$(PY) -m pip install --quiet --no-deps $(TORCHTITAN)
+	touch $(TITAN_STAMP)
 
 $(EXT_STAMP): $(STAMP) $(CSRC)
 	$(PY) setup.py --quiet build_ext --inplace
@@ -61,7 +68,7 @@ test: $(EXT_STAMP)
 	$(PY) -m pytest -q -m "not exhaustive" tests
 
 # TorchTitan on neuron against CPU (docs/torchtitan.md): every layout, compile, checkpoint, bad input.
-test-titan: $(EXT_STAMP)
+test-titan: $(EXT_STAMP) $(TITAN_STAMP)
 	$(PY) -m pytest -q tests/titan
 
 test-fast: $(EXT_STAMP)

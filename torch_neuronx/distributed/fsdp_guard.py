@@ -1,7 +1,7 @@
 """A clear error for applying FSDP2 to parameters that are already sharded.
 
-In a TP×FSDP layout, FSDP must not shard a parameter again over a mesh
-dimension it is already sharded on. PyTorch's own failure for that is an internal one (``Cannot concatenate
+In a TP×FSDP layout, FSDP must not shard a parameter again over a mesh dimension it is already
+sharded on. PyTorch's own failure for that is an internal one (``Cannot concatenate
 overlapping meshes`` from deep inside ``FSDPParam``). ``fully_shard`` is
 wrapped, once its module is first imported (``import_hooks``), so the mistake is reported in
 the user's terms: which parameter, which mesh dimension, what to do instead.
