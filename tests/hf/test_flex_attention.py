@@ -2,6 +2,9 @@
 product's compile path does), it trains and matches CPU; called eagerly it is refused with a message
 naming what works. The decision and the real product's behaviour: torch_neuronx/compile/flex_attention.py
 and docs/compile.md, "FlexAttention".
+
+Its compiled tests compile cold (about 30 CPU-s), so the module runs on the background lane
+(``child_process``, tests/README.md).
 """
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from torch.utils.checkpoint import checkpoint
 
 import torch_neuronx
 from torch_neuronx.compile.flex_attention import MESSAGE
+
+pytestmark = pytest.mark.child_process
 
 
 def _qkv(device: str, requires_grad: bool = False):
