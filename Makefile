@@ -3,6 +3,7 @@
 #   make test       - the test suite (what CI runs: .ci/run)
 #   make test-fast  - the edit-test loop: one or a few files per package (tests/README.md)
 #   make test-titan - TorchTitan on neuron against CPU, minutes; not in make test (docs/torchtitan.md)
+#   make test-plan-sweep - every curated architecture planned end to end (~20 min; not in make test)
 # All create the virtual environment (.venv) on first use.
 PYTHON ?= python3
 VENV := .venv
@@ -34,7 +35,7 @@ FAST_TESTS := \
 	tests/test_cli_exit_codes.py tests/test_projection_guard.py tests/test_benchmark_stats.py \
 	tests/test_docs_drift.py tests/test_package_readmes.py tests/test_layering.py
 
-.PHONY: venv demo test test-fast test-titan bench clean
+.PHONY: venv demo test test-fast test-titan test-plan-sweep bench clean
 
 # Two resolver passes, each over a different set: the build requirements, then the package.
 # `--no-build-isolation` builds against the torch installed here (an isolated build would
@@ -70,6 +71,10 @@ test: $(EXT_STAMP)
 # TorchTitan on neuron against CPU (docs/torchtitan.md): every layout, compile, checkpoint, bad input.
 test-titan: $(EXT_STAMP) $(TITAN_STAMP)
 	$(PY) -m pytest -q tests/titan
+
+# Every curated architecture planned end to end at every layout (docs/plan.md).
+test-plan-sweep: $(EXT_STAMP)
+	$(PY) -m pytest -q -m exhaustive tests/test_plan_sweep.py
 
 test-fast: $(EXT_STAMP)
 	$(PY) -m pytest -q -m "not slow" $(FAST_TESTS)
