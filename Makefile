@@ -2,6 +2,7 @@
 #   make demo       - the main job: the migration pilot on the built-in default model
 #   make test       - the test suite (what CI runs: .ci/run)
 #   make test-fast  - the edit-test loop: one or a few files per package (tests/README.md)
+#   make test-plan-sweep - every curated architecture planned end to end (~20 min; not in make test)
 # All create the virtual environment (.venv) on first use.
 PYTHON ?= python3
 VENV := .venv
@@ -31,7 +32,7 @@ FAST_TESTS := \
 	tests/test_cli_exit_codes.py tests/test_projection_guard.py tests/test_benchmark_stats.py \
 	tests/test_docs_drift.py tests/test_package_readmes.py tests/test_layering.py
 
-.PHONY: venv demo test test-fast bench clean
+.PHONY: venv demo test test-fast test-plan-sweep bench clean
 
 # Two resolver passes, each over a different set: the build requirements, then the package.
 # `--no-build-isolation` builds against the torch installed here (an isolated build would
@@ -54,7 +55,11 @@ demo: $(EXT_STAMP)
 	$(VENV)/bin/torchneuron pilot --out pilot-report
 
 test: $(EXT_STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -m "not exhaustive" tests
+
+# Every curated architecture planned end to end (about 20 minutes; not part of make test).
+test-plan-sweep: $(EXT_STAMP)
+	$(PY) -m pytest -q -m exhaustive tests/test_plan_sweep.py
 
 test-fast: $(EXT_STAMP)
 	$(PY) -m pytest -q -m "not slow" $(FAST_TESTS)

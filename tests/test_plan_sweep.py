@@ -5,8 +5,8 @@ so TP 8 and up pads them).
 The fast test takes the shape path of every combination: the job and layout checks, the exact
 per-rank parameter count under the TP plan (Transformers' or the derived one), and the rank's
 own model built from its per-rank config on the meta device (or the whole-model fallback the
-trace takes when an architecture cannot be shrunk). The slow test traces and projects every
-combination end to end."""
+trace takes when an architecture cannot be shrunk). The exhaustive test (about 20 minutes;
+``make test-plan-sweep``, outside ``make test``) traces and projects every combination end to end."""
 from __future__ import annotations
 
 import pytest
@@ -48,7 +48,7 @@ def test_every_curated_architecture_plans_at_every_tp_shape_path(configs, mode):
     assert all(reason.startswith("the rank's config") for reason in refused.values())
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive
 @pytest.mark.parametrize("arch", POPULAR_TEXT_GENERATION)
 def test_every_curated_architecture_plans_end_to_end(configs, arch):
     for mode in ("train", "infer"):
