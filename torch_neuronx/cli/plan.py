@@ -149,7 +149,8 @@ def _planner(args: argparse.Namespace):
 
     return Planner(args.model, args.instance, _seq_len(args), "infer" if args.infer else "train",
                    args.precision or args.dtype or "bf16", args.output_len, args.price_per_hour, args.mode,
-                   max_len=args.max_len, weight_dtype=args.weight_dtype, vocab_parallel=args.vocab_parallel)
+                   max_len=args.max_len, weight_dtype=args.weight_dtype, vocab_parallel=args.vocab_parallel,
+                   attention=args.attention, context_bucket=args.context_bucket)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -240,6 +241,12 @@ def add_parser(sub) -> None:
     p.add_argument("--weight-dtype", type=plan_dtype(("bf16", "fp16", "int8", "fp8")), default=None,
                    help="with --infer: how the weights are stored, bf16, fp16, int8 or fp8 (dequantized to "
                         "--precision on chip; default the precision's)")
+    p.add_argument("--context-bucket", type=int, default=None,
+                   help="with --infer: the length the context encoding is compiled for; the prompt is padded up "
+                        "to it, as the serving stacks' context-encoding buckets do (default: the prompt's length)")
+    p.add_argument("--attention", choices=("fused", "materialized"), default=None,
+                   help="fused: one attention kernel keeps the scores on chip; materialized: the scores are "
+                        "computed in full (default: fused to train, materialized to serve)")
     p.add_argument("--vocab-parallel", action="store_true",
                    help="split the input embedding over TP on the vocabulary (the LM head always is)")
     p.add_argument("--precision", type=plan_dtype(("bf16", "fp16", "fp32", "autocast-bf16")), default=None,

@@ -20,8 +20,11 @@ def check_request(job: Job) -> None:
         raise UsageError(f"--mode {job.execution!r} is not one of {', '.join(EXECUTIONS)}")
     if job.seq_len < 1 or (job.output_len or 0) < 0:
         raise UsageError("--seq-len/--input-len must be >= 1 and --output-len >= 0")
-    if job.mode == "train" and (job.weight_dtype or job.max_len):
-        raise UsageError("--weight-dtype and --max-len are serving knobs: use them with --infer")
+    if job.mode == "train" and (job.weight_dtype or job.max_len or job.context_bucket):
+        raise UsageError("--weight-dtype, --max-len and --context-bucket are serving knobs: use them with --infer")
+    if job.context_bucket is not None and job.context_bucket < job.seq_len:
+        raise UsageError(f"--context-bucket {job.context_bucket:,} is below the prompt's {job.seq_len:,} tokens: "
+                         "a prompt is padded up to its bucket")
     if job.attention is not None and job.attention not in ATTENTIONS:
         raise UsageError(f"--attention {job.attention!r} is not one of {', '.join(ATTENTIONS)}")
     if job.weight_dtype is not None and job.weight_dtype not in WEIGHT_DTYPES:
@@ -30,10 +33,14 @@ def check_request(job: Job) -> None:
 
 def check_job(ctx: PlanContext) -> None:
     """What the model's kind allows (``check_request`` first)."""
+    check_request(ctx.job)
+    if not ctx.train:
+        _check_serving(ctx)
+
+
+def _check_serving(ctx: PlanContext) -> None:
+    """The serving knobs against the model's kind and the instance."""
     job = ctx.job
-    check_request(job)
-    if ctx.train:
-        return
     if ctx.kind == "encoder-decoder":
         raise UsageError(f"--infer plans decoders and encoders; {job.model!r} is an encoder-decoder "
                          f"({ctx.config.model_type}), which it does not model")
@@ -44,6 +51,11 @@ def check_job(ctx: PlanContext) -> None:
     if ctx.kind == "decoder" and job.max_len is not None and job.max_len < needed:
         raise UsageError(f"--max-len {job.max_len:,} is below input + output = {needed:,} tokens: the static "
                          "cache must hold the prompt and every output token")
+    if ctx.kind == "decoder" and ctx.prefill_len >= ctx.max_len:
+        raise UsageError(f"--context-bucket {ctx.prefill_len:,} leaves no position of the {ctx.max_len:,}-position "
+                         "static cache (--max-len) for an output token: give a bucket below --max-len")
+    if ctx.kind == "encoder" and job.context_bucket is not None:
+        raise UsageError(f"--context-bucket: {job.model!r} is an encoder; give its padded length as --input-len")
     if ctx.kind == "encoder" and job.max_len is not None:
         raise UsageError(f"--max-len: {job.model!r} is an encoder, which keeps no KV cache")
     target = load_data()["targets"][ctx.profile.family]
