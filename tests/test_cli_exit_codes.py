@@ -29,7 +29,7 @@ def test_both_kinds_of_user_error_are_one_type():
     (["coverage", "--jobs", "many"], "--jobs"),
     (["coverage", "--limit", "0"], "--limit must be at least 1"),
     (["plan", "llama-3-8b", "--tp", "x"], "--tp"),
-    (["plan", "llama-3-8b", "--instance", "trn9.huge"], "--instance 'trn9.huge'"),
+    (["plan", "llama-3-8b", "--instance", "trn9.huge"], "--instance: 'trn9.huge' is not one of"),
     (["nonsense-command"], "invalid choice: 'nonsense-command'"),
 ])
 def test_a_bad_flag_is_one_line_and_exit_2(argv, named, tmp_path, capsys):

@@ -96,3 +96,32 @@ def test_coverage_architectures_in_any_case_with_a_did_you_mean(capsys, tmp_path
     assert main(["coverage", "--instance", "TRN2.3XLARGE", "--only", "llama", "--jobs", "0",
                  "--out", str(tmp_path / "cov")]) == 2  # the instance parsed; the bad --jobs stopped it
     assert "--jobs" in _error(capsys)
+
+
+def test_plan_takes_the_shared_instance_and_dtype_spellings(capsys):
+    """``plan`` parses ``--instance`` and its dtype flags as every command does: any case, the
+    long dtype names as well as the short ones, a did-you-mean for a typo."""
+    parser = build_parser()
+    args = parse(parser, ["plan", "llama-3-8b", "--instance", "TRN1.32XLarge", "--precision", "BFloat16",
+                          "--dtype", "half", "--weight-dtype", "INT8"])
+    assert (args.instance, args.precision, args.dtype, args.weight_dtype) == ("trn1.32xlarge", "bf16", "fp16", "int8")
+    assert parse(parser, ["plan", "llama-3-8b", "--precision", "AUTOCAST-BF16"]).precision == "autocast-bf16"
+    assert parse(parser, ["plan", "llama-3-8b", "--dtype", "float32"]).dtype == "fp32"
+    for argv, closest in ((["--instance", "trn1.32xlage"], "'trn1.32xlarge'"), (["--weight-dtype", "int9"], "'int8'"),
+                          (["--precision", "bf61"], "'bf16'")):
+        assert main(["plan", "llama-3-8b", *argv]) == 2
+        line = _error(capsys)
+        assert f"did you mean {closest}? (see torchneuron plan --help)" in line and argv[1] in line, line
+    assert main(["plan", "llama-3-8b", "--dtype", "autocast-bf16"]) == 2  # --dtype takes a dtype only
+    assert "is not one of bf16 (bfloat16/bf16), fp16 (" in _error(capsys)
+
+
+def test_plan_names_a_bundled_model_in_any_case_with_a_did_you_mean(capsys):
+    from torch_neuronx.plan.model_config import bundled_name
+
+    assert bundled_name("Llama-3-8B") == "llama-3-8b"
+    assert bundled_name("BERT-LARGE-UNCASED") == "bert-large-uncased"
+    assert main(["plan", "lama-3-8b"]) == 2
+    line = _error(capsys)
+    assert "is neither a config.json, a checkpoint directory nor a bundled config (" in line
+    assert line.endswith("did you mean 'llama-3-8b'?"), line

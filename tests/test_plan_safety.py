@@ -117,7 +117,7 @@ def test_out_is_checked_before_any_work(model, tmp_path, monkeypatch, no_work, c
     (["--batch-size", "1000000000000"], "tokens per rank per step"),
     (["--seq-len", "100000000000000"], "--seq-len 100,000,000,000,000 is above the limit"),
     (["--infer", "--decode-tokens", "100000000000000"], "--decode-tokens 100,000,000,000,000 is above"),
-    (["--instance", "trn9.bogus"], "--instance 'trn9.bogus' is not a known instance profile"),
+    (["--instance", "trn9.bogus"], "--instance: 'trn9.bogus' is not one of trn1.2xlarge, trn1.32xlarge"),
 ])
 def test_bad_argument_is_one_line_before_any_work(model, tmp_path, no_work, capsys, args, message):
     assert main(["plan", str(model), "--out", str(tmp_path / "plan.json"), *args]) == 2

@@ -66,7 +66,8 @@ def test_fit_recovers_factors_that_generated_the_figures(monkeypatch):
     monkeypatch.setattr(fit, "PRIOR_WEIGHT", 0.0)
     works = published.load_work()
     truth = fit.Factors(tensor_efficiency=0.4, hbm_efficiency=0.7, link_efficiency=0.6, launch_seconds=5e-5,
-                        collective_step_seconds=2e-6, spill_fraction=0.3, efa_efficiency=0.5)
+                        collective_step_seconds=2e-6, efa_efficiency=0.5, engine_efficiency=0.3, engine_overlap=0.6,
+                        op_seconds=2e-6)
     rows = []
     for row in published.published_rows():
         made = fit.predict(works[row.id], truth)

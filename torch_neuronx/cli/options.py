@@ -31,6 +31,17 @@ def _dtype(text: str) -> str:
     return dtype_name(text, "")
 
 
+def plan_dtype(choices: tuple[str, ...]):
+    """An argparse ``type`` for a flag taking the short dtype names ``choices`` (the plan's
+    ``--precision``, ``--dtype``, ``--weight-dtype``) in any spelling of ``runtime/spellings.py``."""
+    from torch_neuronx.runtime.spellings import short_dtype
+
+    def dtype_choice(text: str) -> str:
+        return short_dtype(text, choices, "")
+
+    return _argument_type(dtype_choice)
+
+
 instance = _argument_type(_instance)  # an instance profile, any case, with a did-you-mean
 dtype = _argument_type(_dtype)  # float32 / bfloat16 / float16 in any accepted spelling (runtime/spellings.py)
 

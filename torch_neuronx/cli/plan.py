@@ -28,12 +28,8 @@ def check_arguments(args: argparse.Namespace) -> None:
     before the model is read. Extend it when adding a flag."""
     from torch_neuronx.projection import active_calibration
     from torch_neuronx.runtime.errors import UsageError
-    from torch_neuronx.runtime.profiles import PROFILES
 
     active_calibration()  # TORCHNEURON_PROJECTION_CALIBRATION, read now rather than after the trace
-    if args.instance is not None and args.instance not in PROFILES:
-        raise UsageError(f"--instance {args.instance!r} is not a known instance profile; "
-                         f"choose one of {', '.join(PROFILES)}")
     price = args.price_per_hour
     if price is not None and not (math.isfinite(price) and price > 0):
         raise UsageError(f"--price-per-hour must be a positive, finite number of USD (got {price})")
@@ -153,7 +149,8 @@ def _planner(args: argparse.Namespace):
 
     return Planner(args.model, args.instance, _seq_len(args), "infer" if args.infer else "train",
                    args.precision or args.dtype or "bf16", args.output_len, args.price_per_hour, args.mode,
-                   max_len=args.max_len, weight_dtype=args.weight_dtype, vocab_parallel=args.vocab_parallel)
+                   max_len=args.max_len, weight_dtype=args.weight_dtype, vocab_parallel=args.vocab_parallel,
+                   attention=args.attention, context_bucket=args.context_bucket)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -198,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
+    from torch_neuronx.cli.options import add_instance, plan_dtype
+
     p = sub.add_parser("plan", help="size a training or inference job on Trainium without allocating it",
                        description="Per-rank HBM, first-run compilations, projected step time, tokens/s, MFU "
                        "and cost of a TP × PP × DP layout (training); TTFT, time per output token and cost "
@@ -207,8 +206,7 @@ def add_parser(sub) -> None:
                        "(the previous plan is kept).")
     p.add_argument("model", nargs="?", help="a config.json, a checkpoint directory, or a bundled config "
                                             "(llama-3-8b, llama-3.1-70b, bert-large-uncased, ...)")
-    p.add_argument("--instance", default=None,
-                   help="instance type (default: the configured one, TORCHNEURON_INSTANCE, else trn2.3xlarge)")
+    add_instance(p, "the cores, HBM, links and price planned")
     p.add_argument("--instances", type=int, default=1, help="number of instances (default 1)")
     p.add_argument("--lnc", type=int, default=None, help="logical NeuronCore config (default: the instance's)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
@@ -240,15 +238,22 @@ def add_parser(sub) -> None:
     p.add_argument("--max-len", type=int, default=None,
                    help="with --infer: the static KV cache the serving graphs are compiled for; every decode "
                         "step reads all of it (default input + output)")
-    p.add_argument("--weight-dtype", choices=("bf16", "fp16", "int8", "fp8"), default=None,
-                   help="with --infer: how the weights are stored (dequantized to --precision on chip; "
-                        "default the precision's)")
+    p.add_argument("--weight-dtype", type=plan_dtype(("bf16", "fp16", "int8", "fp8")), default=None,
+                   help="with --infer: how the weights are stored, bf16, fp16, int8 or fp8 (dequantized to "
+                        "--precision on chip; default the precision's)")
+    p.add_argument("--context-bucket", type=int, default=None,
+                   help="with --infer: the length the context encoding is compiled for; the prompt is padded up "
+                        "to it, as the serving stacks' context-encoding buckets do (default: the prompt's length)")
+    p.add_argument("--attention", choices=("fused", "materialized"), default=None,
+                   help="fused: one attention kernel keeps the scores on chip; materialized: the scores are "
+                        "computed in full (default: fused to train, materialized to serve)")
     p.add_argument("--vocab-parallel", action="store_true",
                    help="split the input embedding over TP on the vocabulary (the LM head always is)")
-    p.add_argument("--precision", choices=("bf16", "fp16", "fp32", "autocast-bf16"), default=None,
-                   help="bf16 (default), fp16, fp32, or autocast-bf16 (fp32 master weights and optimizer "
-                        "state, bf16 compute)")
-    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None, help="same as --precision")
+    p.add_argument("--precision", type=plan_dtype(("bf16", "fp16", "fp32", "autocast-bf16")), default=None,
+                   help="bf16 (default), fp16, fp32 (also spelled bfloat16, float16, half, float32, any "
+                        "case), or autocast-bf16 (fp32 master weights and optimizer state, bf16 compute)")
+    p.add_argument("--dtype", type=plan_dtype(("bf16", "fp16", "fp32")), default=None,
+                   help="same as --precision: bf16, fp16 or fp32, in any spelling")
     p.add_argument("--mode", choices=("compile", "eager"), default="compile",
                    help="compile: one graph per forward, backward, optimizer step, prefill, decode "
                         "(default); eager: one kernel launch per op")
@@ -267,6 +272,5 @@ def add_parser(sub) -> None:
     p.add_argument("--retrace", action="store_true",
                    help="with --validate: trace the published rows again and keep their work and the fitted "
                         "factors in the package (without it, --validate changes no file)")
-    p.add_argument("--docs", default=None,
-                   help="with --validate: also write the table into this document's generated section")
+    p.add_argument("--docs", help="with --validate: also write the table into this document's generated section")
     p.set_defaults(func=run)

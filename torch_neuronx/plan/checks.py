@@ -3,6 +3,10 @@ and what is allowed, raised before any trace (``check_job`` needs the config onl
 ``check_layout`` adds the layout and, for serving, the exact weight count on the meta device)."""
 from __future__ import annotations
 
+import copy
+
+import torch
+
 from ..projection.hardware import load_data
 from ..runtime.errors import UsageError
 from ..runtime.profiles import GiB
@@ -20,20 +24,66 @@ def check_request(job: Job) -> None:
         raise UsageError(f"--mode {job.execution!r} is not one of {', '.join(EXECUTIONS)}")
     if job.seq_len < 1 or (job.output_len or 0) < 0:
         raise UsageError("--seq-len/--input-len must be >= 1 and --output-len >= 0")
-    if job.mode == "train" and (job.weight_dtype or job.max_len):
-        raise UsageError("--weight-dtype and --max-len are serving knobs: use them with --infer")
+    if job.mode == "train" and (job.weight_dtype or job.max_len or job.context_bucket):
+        raise UsageError("--weight-dtype, --max-len and --context-bucket are serving knobs: use them with --infer")
+    if job.context_bucket is not None and job.context_bucket < job.seq_len:
+        raise UsageError(f"--context-bucket {job.context_bucket:,} is below the prompt's {job.seq_len:,} tokens: "
+                         "a prompt is padded up to its bucket")
     if job.attention is not None and job.attention not in ATTENTIONS:
         raise UsageError(f"--attention {job.attention!r} is not one of {', '.join(ATTENTIONS)}")
     if job.weight_dtype is not None and job.weight_dtype not in WEIGHT_DTYPES:
         raise UsageError(f"--weight-dtype {job.weight_dtype!r} is not one of {', '.join(WEIGHT_DTYPES)}")
 
 
-def check_job(ctx: PlanContext) -> None:
-    """What the model's kind allows (``check_request`` first)."""
-    job = ctx.job
-    check_request(job)
-    if ctx.train:
+# the module names Transformers gives a learned table of absolute positions (BERT, GPT-2, OPT, ...)
+POSITION_TABLES = ("position_embeddings", "embed_positions", "wpe")
+
+
+def learned_positions(config) -> int | None:
+    """Positions the model's learned position table holds; None when it has none (rotary, ALiBi or
+    relative positions run past the config's context, with a warning)."""
+    from .trace import build_model
+
+    config = copy.deepcopy(config)
+    if hasattr(config, "num_hidden_layers"):  # the table is the embeddings': one layer builds it
+        config.num_hidden_layers = 1
+    with torch.device("meta"):
+        model = build_model(config)
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in POSITION_TABLES:
+            return module.num_embeddings - getattr(module, "offset", 0)  # OPT's table starts at position 2
+    return None
+
+
+def _check_positions(ctx: PlanContext) -> None:
+    """A sequence longer than a learned position table cannot run (the embedding has no row for
+    its later positions): one line naming the table's length and the flag that fits it."""
+    tokens = ctx.job.seq_len if ctx.train or ctx.kind != "decoder" else ctx.prefill_len + ctx.output_len
+    context = getattr(ctx.config, "max_position_embeddings", None)
+    if not context or tokens <= context:
         return
+    table = learned_positions(ctx.config)
+    if table is None or tokens <= table:
+        return
+    if ctx.train or ctx.kind != "decoder":
+        given, fix = f"--seq-len {tokens}", f"give --seq-len {table} or less"
+    else:
+        given, fix = f"{tokens:,} tokens of input and output", f"give --input-len + --output-len of {table:,} or less"
+    raise UsageError(f"{ctx.job.model!r} has a learned position table of {table:,} positions, fewer than "
+                     f"{given}: {fix}")
+
+
+def check_job(ctx: PlanContext) -> None:
+    """What the model's kind allows (``check_request`` first), then the sequence's length."""
+    check_request(ctx.job)
+    if not ctx.train:
+        _check_serving(ctx)
+    _check_positions(ctx)
+
+
+def _check_serving(ctx: PlanContext) -> None:
+    """The serving knobs against the model's kind and the instance."""
+    job = ctx.job
     if ctx.kind == "encoder-decoder":
         raise UsageError(f"--infer plans decoders and encoders; {job.model!r} is an encoder-decoder "
                          f"({ctx.config.model_type}), which it does not model")
@@ -44,6 +94,11 @@ def check_job(ctx: PlanContext) -> None:
     if ctx.kind == "decoder" and job.max_len is not None and job.max_len < needed:
         raise UsageError(f"--max-len {job.max_len:,} is below input + output = {needed:,} tokens: the static "
                          "cache must hold the prompt and every output token")
+    if ctx.kind == "decoder" and ctx.prefill_len >= ctx.max_len:
+        raise UsageError(f"--context-bucket {ctx.prefill_len:,} leaves no position of the {ctx.max_len:,}-position "
+                         "static cache (--max-len) for an output token: give a bucket below --max-len")
+    if ctx.kind == "encoder" and job.context_bucket is not None:
+        raise UsageError(f"--context-bucket: {job.model!r} is an encoder; give its padded length as --input-len")
     if ctx.kind == "encoder" and job.max_len is not None:
         raise UsageError(f"--max-len: {job.model!r} is an encoder, which keeps no KV cache")
     target = load_data()["targets"][ctx.profile.family]

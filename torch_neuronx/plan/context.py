@@ -45,9 +45,15 @@ class PlanContext:
         return DEFAULT_OUTPUT_LEN if self.kind == "decoder" else 0
 
     @property
+    def prefill_len(self) -> int:
+        """Positions the context encoding runs: the prompt, padded to its bucket when one is given
+        (the serving stacks compile the context encoding for fixed lengths)."""
+        return self.job.context_bucket or self.job.seq_len
+
+    @property
     def max_len(self) -> int:
-        """Positions of the static KV cache (prompt plus output unless given)."""
-        return self.job.max_len or self.job.seq_len + self.output_len
+        """Positions of the static KV cache (prompt plus output unless given; at least the bucket)."""
+        return self.job.max_len or max(self.job.seq_len + self.output_len, self.prefill_len + 1)
 
     @property
     def weight_dtype(self) -> torch.dtype:
@@ -72,7 +78,7 @@ class PlanContext:
 
     @functools.lru_cache(maxsize=None)
     def traced(self, tp: int, batch: int, checkpointing: bool, lnc: int) -> TraceResult:
-        work = Workload(self.job.mode, tp, batch, self.job.seq_len, self.job.dtype, checkpointing and self.train,
+        work = Workload(self.job.mode, tp, batch, self.job.seq_len if self.train else self.prefill_len, self.job.dtype, checkpointing and self.train,
                         autocast=self.job.dtype != self.job.compute_dtype,
                         max_len=self.max_len if self.kind == "decoder" else 0,
                         heads=self.heads(tp), rank_parameters=self.parameters(tp, 1).layer_unsharded,

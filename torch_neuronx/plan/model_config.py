@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from ..runtime.errors import UsageError
+from ..runtime.spellings import did_you_mean, pick
 
 BUNDLED_DIR = Path(__file__).with_name("configs")
 # the sizes a plan divides by or multiplies with; a zero or negative one is a broken config
@@ -17,6 +18,17 @@ def bundled_names() -> list[str]:
     return sorted(p.stem for p in BUNDLED_DIR.glob("*.json"))
 
 
+def bundled_name(model: str) -> str:
+    """The bundled config ``model`` names, in any case; else a one-line ``UsageError`` listing
+    them, with the closest."""
+    names = bundled_names()
+    try:
+        return pick(model, names, "model")
+    except UsageError:
+        raise UsageError(f"model {model!r} is neither a config.json, a checkpoint directory nor a bundled "
+                         f"config ({', '.join(names)}){did_you_mean(model, names)}") from None
+
+
 def load_config(model: str):
     """The ``PretrainedConfig`` of ``model``; a bad name, file or model type is a ``UsageError``."""
     from transformers import AutoConfig
@@ -25,11 +37,7 @@ def load_config(model: str):
     if path.is_dir():
         path = path / "config.json"
     elif not path.exists():
-        bundled = BUNDLED_DIR / f"{model}.json"
-        if not bundled.exists():
-            raise UsageError(f"model {model!r} is neither a config.json, a checkpoint directory nor a "
-                             f"bundled config ({', '.join(bundled_names())})")
-        path = bundled
+        path = BUNDLED_DIR / f"{bundled_name(model)}.json"
     if not path.is_file():
         raise UsageError(f"no config.json in {model!r}")
     try:

@@ -87,9 +87,9 @@ class Planner:
                  dtype: str = "bf16", decode_tokens: int | None = None, price_per_hour: float | None = None,
                  execution: str = "compile", factors: projection_job.Factors | None = None,
                  max_len: int | None = None, weight_dtype: str | None = None, vocab_parallel: bool = False,
-                 attention: str | None = None) -> None:
+                 attention: str | None = None, context_bucket: int | None = None) -> None:
         request = Job(model, get_profile(instance).name, seq_len, mode, dtype, decode_tokens, max_len, weight_dtype,
-                      price_per_hour, execution, vocab_parallel, attention)
+                      price_per_hour, execution, vocab_parallel, attention, context_bucket)
         check_request(request)
         self.ctx = PlanContext(request, factors)
         check_job(self.ctx)

@@ -36,6 +36,7 @@ class Job:
     execution: str = "compile"  # compile | eager
     vocab_parallel: bool = False  # split the input embedding over TP (the LM head always is)
     attention: str | None = None  # "fused" | "materialized"; None: fused to train, materialized to serve
+    context_bucket: int | None = None  # serving: the length the context encoding is compiled for (prompts padded)
 
     @property
     def fused_attention(self) -> bool:

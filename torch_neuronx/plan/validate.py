@@ -32,7 +32,7 @@ def row_planner(row: published.PublishedRow) -> tuple[Planner, Layout]:
     else:
         planner = Planner(row.model, row.instance, lay["input_len"], "infer", lay["precision"], lay.get("output_len"),
                           max_len=lay.get("max_len"), weight_dtype=lay.get("weight_dtype"),
-                          attention=lay.get("attention"))
+                          attention=lay.get("attention"), context_bucket=lay.get("context_bucket"))
         layout = Layout(lay["tp"], 1, lay["batch_size"], False, lay["lnc"], row.instances,
                         sequence_parallel=lay.get("sequence_parallel", False))
     planner.check(layout)
@@ -55,6 +55,7 @@ def _shape(r: published.PublishedRow) -> str:
         return f"{r.instance}, TP {lay['tp']}, batch {lay['batch_size']} × {lay['input_len']}"
     extra = "".join(text for key, text in (("max_len", f", max {lay.get('max_len')}"),
                                            ("weight_dtype", f", {lay.get('weight_dtype')} weights"),
+                                           ("context_bucket", f", prompt padded to {lay.get('context_bucket')}"),
                                            ("sequence_parallel", ", sequence parallel"),
                                            ("attention", f", {lay.get('attention')} attention")) if lay.get(key))
     return f"{r.instance}, TP {lay['tp']}, batch {lay['batch_size']}, {lay['input_len']} in / {lay['output_len']} out{extra}"

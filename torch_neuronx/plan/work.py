@@ -74,13 +74,13 @@ def training_work(ctx: PlanContext, layout: Layout) -> tuple[job.TrainingWork, d
 
 
 def _dequantized(ctx: PlanContext, layout: Layout, g: job.GraphWork) -> job.GraphWork:
-    """``g`` with the dequantization of the rank's narrow weights on VectorE (one element each)."""
+    """``g`` with the dequantization of the rank's narrow weights on VectorE (one element each, at
+    its documented rate): it runs on each weight tile as it arrives, so it overlaps the weights' read."""
     if ctx.weight_dtype.itemsize >= ctx.job.compute_dtype.itemsize:
         return g
-    proj = ctx.projector(layout.lnc)
     elements = ctx.parameters(layout.tp, 1).matmul_tp_local
-    seconds = elements / (proj.device.engine_flops["vector"] * proj.calibration.efficiency["vector"])
-    return dataclasses.replace(g, engine_seconds=g.engine_seconds + seconds)
+    seconds = elements / ctx.projector(layout.lnc).device.engine_elements_per_s["vector"]
+    return dataclasses.replace(g, streamed_seconds=g.streamed_seconds + seconds)
 
 
 def _serving_comm(ctx: PlanContext, layout: Layout, tokens: int) -> job.CommWork:
@@ -98,7 +98,7 @@ def serving_work(ctx: PlanContext, layout: Layout) -> tuple[serving.InferenceWor
     t = ctx.traced(layout.tp, layout.batch, False, layout.lnc)
     s = t.tp_scale
     weights = _weights_read(ctx, layout)
-    tokens = layout.batch * ctx.job.seq_len
+    tokens = layout.batch * ctx.prefill_len
     if ctx.kind != "decoder":
         calls = t.graph_calls("forward")
         forward = _dequantized(ctx, layout, graph(ctx, layout, "forward", calls, weights,
@@ -106,7 +106,7 @@ def serving_work(ctx: PlanContext, layout: Layout) -> tuple[serving.InferenceWor
         return (serving.EncoderWork(forward, _serving_comm(ctx, layout, tokens), layout.batch),
                 {"forward": _eager(ctx, layout, calls, s)})
     prefill_calls, decode_calls = t.graph_calls("prefill"), t.graph_calls("decode")
-    prefill = graph(ctx, layout, "prefill", prefill_calls, weights + ctx.kv_cache_bytes(layout, ctx.job.seq_len),
+    prefill = graph(ctx, layout, "prefill", prefill_calls, weights + ctx.kv_cache_bytes(layout, ctx.prefill_len),
                     t.graph_converts("prefill"), s)
     decode = graph(ctx, layout, "decode", decode_calls, weights + ctx.kv_cache_bytes(layout, ctx.max_len),
                    t.graph_converts("decode"), s, sequence_parallel=False)

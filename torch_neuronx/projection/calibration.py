@@ -39,9 +39,11 @@ class Calibration:
     graph_engine_overlap: bool
     link_bytes_per_s: dict[str, float] = dataclasses.field(default_factory=dict)  # overrides the data
     ops: dict[str, dict] = dataclasses.field(default_factory=dict)  # per-op overrides
-    # share of a graph's intermediate traffic (its eager kernels' bytes beyond its own I/O) still
-    # moved to HBM; 0 = everything stays on chip. Fitted on published results (job.Factors).
-    graph_spill_fraction: float = 0.0
+    # with graph_engine_overlap: the share of the shorter of TensorE's and the other engines' time a
+    # graph hides under the longer; and a fixed cost per op of a graph. Fitted on published results
+    # (job.Factors); the bare defaults assume full overlap and no per-op cost.
+    graph_engine_overlap_share: float = 1.0
+    graph_op_seconds: float = 0.0
     source: str = "defaults (assumptions; see docs/projection.md)"
 
     def op_override(self, op: str) -> dict:

@@ -1,13 +1,16 @@
-"""Collectives: ring/tree time over the link the group spans.
+"""Collectives: time over the link the group spans.
 
-The alpha-beta model: ``steps × latency + factor × bytes / bandwidth``, with
-the standard ring factors — all-reduce moves ``2(R-1)/R`` of the buffer in
-``2(R-1)`` steps, all-gather, reduce-scatter and all-to-all ``(R-1)/R`` in
-``R-1`` steps — and a pipelined tree for broadcast/reduce (the whole buffer,
-``ceil(log2 R)`` steps). ``bytes`` is the full buffer: the tensor of an
-all-reduce, the gathered output of an all-gather, the scattered input of a
-reduce-scatter. A ring runs at the speed of its slowest hop, so a group
-spanning chips runs at NeuronLink speed and one spanning instances at EFA's.
+The alpha-beta model: ``steps × latency + factor × bytes / bandwidth``. The runtime picks an
+algorithm per message size (ring for large buffers, recursive halving–doubling or mesh for small
+ones: the Neuron runtime's intra-node collectives guide), so each term is charged at the
+algorithm that minimizes it: the ring's bandwidth — all-reduce moves ``2(R-1)/R`` of the buffer,
+all-gather and reduce-scatter ``(R-1)/R`` — and halving–doubling's latency, ``2⌈log2 R⌉`` steps
+for an all-reduce and ``⌈log2 R⌉`` for an all-gather or reduce-scatter. All-to-all, gather and
+scatter are rings (``R-1`` steps); broadcast and reduce a pipelined tree (the whole buffer,
+``⌈log2 R⌉`` steps). ``bytes`` is the full buffer: the tensor of an all-reduce, the gathered
+output of an all-gather, the scattered input of a reduce-scatter. A collective runs at the speed
+of its slowest hop, so a group spanning chips runs at NeuronLink speed and one spanning
+instances at EFA's.
 """
 from __future__ import annotations
 
@@ -30,15 +33,19 @@ def _ring(r: int) -> tuple[float, int]:
     return (r - 1) / r, r - 1
 
 
+def _halving(r: int) -> tuple[float, int]:  # a ring's bytes in halving-doubling's steps
+    return (r - 1) / r, math.ceil(math.log2(r))
+
+
 def _tree(r: int) -> tuple[float, int]:
     return 1.0, math.ceil(math.log2(r))
 
 
 # kind → (bandwidth factor, latency steps) for R ranks
 ALGORITHMS = {
-    "all_reduce": lambda r: (2 * (r - 1) / r, 2 * (r - 1)),
-    "all_gather": _ring,
-    "reduce_scatter": _ring,
+    "all_reduce": lambda r: (2 * (r - 1) / r, 2 * math.ceil(math.log2(r))),  # ring bytes, halving-doubling steps
+    "all_gather": _halving,
+    "reduce_scatter": _halving,
     "all_to_all": _ring,
     "broadcast": _tree,
     "reduce": _tree,

@@ -31,11 +31,15 @@ BOUNDS = {
     "launch_seconds": (1e-6, 1e-3, 3e-5, "fixed cost of launching one compiled graph (and the host's share "
                        "of each step)"),
     "collective_step_seconds": (1e-7, 1e-4, 5e-6, "latency of one step of a ring or tree collective"),
-    "spill_fraction": (0.0, 1.0, 0.5, "share of the eager kernels' intermediate HBM traffic a compiled graph "
-                       "still moves (what the compiler does not keep in SBUF)"),
     "efa_efficiency": (0.05, 1.0, 0.8, "achieved / peak EFA bandwidth of collectives between instances"),
+    "engine_efficiency": (0.05, 1.0, 0.5, "achieved / documented element rate of VectorE, ScalarE and GpSimd in a "
+                          "graph (data-path width x clock; short and dependent instructions pay a fixed overhead)"),
+    "engine_overlap": (0.0, 1.0, 0.5, "share of the shorter of TensorE's and the other engines' time a graph hides "
+                       "under the longer (an elementwise op waits for the matmul whose output it reads)"),
+    "op_seconds": (1e-8, 1e-4, 1e-6, "fixed cost of each op of a compiled graph (its instructions wait on the "
+                   "previous op's: semaphores, pipeline fill)"),
 }
-_LOG = {"launch_seconds", "collective_step_seconds"}
+_LOG = {"launch_seconds", "collective_step_seconds", "op_seconds"}
 PRIOR_WEIGHT = 0.01
 
 

@@ -5,11 +5,11 @@ functions) and AOT graphs (ATen) both reach ATen ops with shapes and no data.
 Its kernels (a cast among them: a ``convert``; a copy that keeps its dtype is
 nothing in a graph, ``kernel.in_graph``) are gathered into the plan's
 ``job.GraphWork`` by ``job.graph_work``, and its seconds are ``GraphWork``'s: the
-compiler keeps intermediates on chip where it can, so the graph's inputs, weights
-and outputs are HBM traffic and of the rest its eager kernels would move only the
-calibration's ``graph_spill_fraction`` (fitted on published results; 0 in the bare
-defaults, a lower bound); engines run concurrently (``graph_engine_overlap``,
-default on): compute time is the busiest engine's, otherwise the sum
+compiler keeps intermediates on chip where they fit, so the graph's inputs, weights
+and outputs are HBM traffic and of the rest only what its eager kernels would move
+in tensors larger than the core's SBUF; engines run concurrently
+(``graph_engine_overlap``, default on: the calibration's share of the shorter of
+TensorE's and the other engines' time is hidden), otherwise one after another
 (docs/projection.md).
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ class GraphCost:
         return int(self.work.io_bytes)
 
     @property
-    def intermediate_bytes(self) -> int:  # what its eager kernels would move beyond ``bytes``
+    def intermediate_bytes(self) -> int:  # what its eager kernels would move beyond ``bytes`` in tensors over SBUF
         return int(self.work.intermediate_bytes)
 
     @property
@@ -90,10 +90,11 @@ def project_graph(name: str, gm: torch.nn.Module, example_inputs, device: Device
 
     def on_op(func, args, kwargs, out):
         engine, flops, elements, nbytes = work(func, args, kwargs, out)
-        inputs = tensors_in((args, kwargs))
-        kind = in_graph(func, inputs, tensors_in(out))
+        inputs, outputs = tensors_in((args, kwargs)), tensors_in(out)
+        kind = in_graph(func, inputs, outputs)
         if engine != "none" and kind != "identity":
-            kernels.append(roofline(op_name(func), engine, flops, elements, nbytes, inputs, device, cal))
+            cost = roofline(op_name(func), engine, flops, elements, nbytes, inputs, device, cal)
+            kernels.append(dataclasses.replace(cost, largest_bytes=max(map(tensor_bytes, inputs + outputs), default=0)))
             converts.append(kind == "convert")
 
     with fake_mode:

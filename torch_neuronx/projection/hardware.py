@@ -50,10 +50,11 @@ class DeviceModel:
     chips: int
     logical_cores_per_chip: int
     tensor_flops: dict[str, float]  # by dtype class
-    engine_flops: dict[str, float]  # vector, scalar, gpsimd: element operations per second
+    engine_elements_per_s: dict[str, float]  # vector, scalar, gpsimd: data-path width × clock
     hbm_bytes_per_s: float  # this core's share of the chip's HBM bandwidth
     dma_bytes_per_s: float  # this core's share of the chip's DMA bandwidth
     link_bytes_per_s: dict[str, float | None]  # chip (core to core), neuronlink, efa
+    sbuf_bytes: int = 0  # on-chip state buffer (SBUF) of the logical core: what a graph can keep on chip
 
     @property
     def logical_cores(self) -> int:
@@ -91,7 +92,8 @@ def device_model(instance: str | InstanceProfile | None = None, lnc: int | None 
         chips=profile.chips,
         logical_cores_per_chip=physical // lnc,
         tensor_flops={k: _value(v) * lnc for k, v in core["tensor_flops"].items()},
-        engine_flops={e: _value(core[f"{e}_flops"]) * lnc for e in ("vector", "scalar", "gpsimd")},
+        engine_elements_per_s={e: _value(core["datapath_elements_per_cycle"][e]) * _value(core["clock_hz"][e]) * lnc
+                               for e in ("vector", "scalar", "gpsimd")},
         hbm_bytes_per_s=_value(chip["hbm_bytes_per_s"]) * share,
         dma_bytes_per_s=_value(chip["dma_bytes_per_s"]) * share,
         link_bytes_per_s={
@@ -99,6 +101,7 @@ def device_model(instance: str | InstanceProfile | None = None, lnc: int | None 
             "neuronlink": _value(chip["neuronlink_bytes_per_s"]),
             "efa": _value(entry["efa_bytes_per_s"]),
         },
+        sbuf_bytes=int(_value(target["nki"]["partitions"]) * _value(target["nki"]["sbuf_bytes_per_partition"])) * lnc,
     )
 
 

@@ -34,8 +34,10 @@ class Factors:
     link_efficiency: float  # achieved / peak bandwidth of collectives inside an instance (on chip, NeuronLink)
     launch_seconds: float  # fixed cost of one graph launch
     collective_step_seconds: float  # latency of one step of a ring or tree collective
-    spill_fraction: float  # share of the eager kernels' intermediate traffic a compiled graph still moves to HBM
     efa_efficiency: float  # achieved / peak EFA bandwidth of collectives between instances
+    engine_efficiency: float  # achieved / documented VectorE, ScalarE and GpSimd element rate in a graph
+    engine_overlap: float  # share of the shorter of TensorE's and the other engines' time hidden under the longer
+    op_seconds: float  # fixed cost of each op of a graph (dependent instructions waiting on each other)
 
     @classmethod
     def of(cls, cal: Calibration) -> "Factors":
@@ -44,17 +46,20 @@ class Factors:
         return cls(tensor_efficiency=cal.efficiency["tensor"], hbm_efficiency=cal.efficiency["hbm"],
                    link_efficiency=cal.efficiency["link"], launch_seconds=cal.launch_seconds["graph"],
                    collective_step_seconds=max(cal.link_latency_seconds.values()),
-                   spill_fraction=cal.graph_spill_fraction,
-                   efa_efficiency=cal.efficiency.get("efa", cal.efficiency["link"]))
+                   efa_efficiency=cal.efficiency.get("efa", cal.efficiency["link"]),
+                   engine_efficiency=cal.efficiency["vector"],
+                   engine_overlap=cal.graph_engine_overlap_share if cal.graph_engine_overlap else 0.0,
+                   op_seconds=cal.graph_op_seconds)
 
     def calibration(self, base: Calibration) -> Calibration:
         """``base`` with these factors in force (what the eager per-op projection runs on)."""
+        engines = dict.fromkeys(("vector", "scalar", "gpsimd"), self.engine_efficiency)
         return dataclasses.replace(
             base, efficiency={**base.efficiency, "tensor": self.tensor_efficiency, "hbm": self.hbm_efficiency,
-                              "link": self.link_efficiency, "efa": self.efa_efficiency},
+                              "link": self.link_efficiency, "efa": self.efa_efficiency, **engines},
             launch_seconds={**base.launch_seconds, "graph": self.launch_seconds},
             link_latency_seconds=dict.fromkeys(LINKS, self.collective_step_seconds),
-            graph_spill_fraction=self.spill_fraction,
+            graph_engine_overlap_share=self.engine_overlap, graph_op_seconds=self.op_seconds,
             source=f"factors fitted on published Trainium results ({FACTORS_FILE.name})")
 
 
@@ -119,31 +124,38 @@ class GraphWork:
     name: str
     flops: float
     tensor_seconds_at_peak: float  # TensorE time at 100 % efficiency, at each operand dtype's rate
-    engine_seconds: float  # VectorE / ScalarE / GpSimd (their calibrated efficiencies): the busiest, or the sum
+    engine_seconds_at_peak: float  # VectorE / ScalarE / GpSimd at their documented rates: the busiest, or the sum
     io_bytes: float  # inputs, weights and outputs: HBM traffic even when every intermediate stays on chip
-    intermediate_bytes: float  # what the eager kernels move beyond io_bytes: on chip when fused
+    intermediate_bytes: float  # what its eager kernels move beyond io_bytes in tensors too large for SBUF
     hbm_bytes_per_s: float
     kernels: int  # its ops the eager device launches, one each (no casts, no contiguity copies)
     engines_overlap: bool = True  # the compiler runs engines concurrently (calibration ``graph_engine_overlap``)
+    streamed_seconds: float = 0.0  # work on the weights as they stream in (dequantization): overlaps their read
 
     def compute_seconds(self, f: Factors) -> float:
-        """The busiest engine when engines overlap, else every engine one after another."""
+        """TensorE and the other engines: the longer, plus the part of the shorter not hidden under it."""
         tensor = self.tensor_seconds_at_peak / f.tensor_efficiency
-        return max(tensor, self.engine_seconds) if self.engines_overlap else tensor + self.engine_seconds
+        engines = self.engine_seconds_at_peak / f.engine_efficiency
+        hidden = f.engine_overlap if self.engines_overlap else 0.0
+        return max(tensor, engines) + (1 - hidden) * min(tensor, engines)
 
     def memory_seconds(self, f: Factors) -> float:
-        """Its own I/O plus the spilled share of its intermediates, at the achieved HBM bandwidth."""
-        return (self.io_bytes + f.spill_fraction * self.intermediate_bytes) / (self.hbm_bytes_per_s * f.hbm_efficiency)
+        """Its own I/O plus the intermediates too large for SBUF, at the achieved HBM bandwidth (or the
+        work streamed with the weights, if longer)."""
+        return max((self.io_bytes + self.intermediate_bytes) / (self.hbm_bytes_per_s * f.hbm_efficiency),
+                   self.streamed_seconds)
 
     def seconds(self, f: Factors) -> float:
-        """One launch: the compute or the HBM traffic, whichever is longer, plus the launch."""
-        return max(self.compute_seconds(f), self.memory_seconds(f)) + f.launch_seconds
+        """One launch: the compute or the HBM traffic, whichever is longer, plus the launch and each
+        op's fixed cost."""
+        return max(self.compute_seconds(f), self.memory_seconds(f)) + f.launch_seconds + self.kernels * f.op_seconds
 
     def scaled(self, n: float) -> "GraphWork":
         """The graph of ``n`` times the work (a pipeline stage holding a share of the layers)."""
         return dataclasses.replace(self, flops=self.flops * n, tensor_seconds_at_peak=self.tensor_seconds_at_peak * n,
-                                   engine_seconds=self.engine_seconds * n, io_bytes=self.io_bytes * n,
-                                   intermediate_bytes=self.intermediate_bytes * n, kernels=round(self.kernels * n))
+                                   engine_seconds_at_peak=self.engine_seconds_at_peak * n, io_bytes=self.io_bytes * n,
+                                   intermediate_bytes=self.intermediate_bytes * n, kernels=round(self.kernels * n),
+                                   streamed_seconds=self.streamed_seconds * n)
 
 
 def _hidden_states_op(cost: KernelCost, hidden: int) -> bool:
@@ -167,8 +179,12 @@ def graph_work(name: str, kernels: Mapping[str, KernelCost], calls: Mapping[str,
     with ``converts``: the dtype casts the eager device runs without a kernel, each a
     ``stablehlo.convert`` in the graph (``kernel.in_graph``), whose bytes count like any op's but
     which add no launch. A copy that keeps its dtype (the eager device's contiguity kernels among
-    them) is nothing in a graph: the compiler folds layouts into the ops that read them."""
-    tensor = flops = eager_bytes = 0.0
+    them) is nothing in a graph: the compiler folds layouts into the ops that read them.
+
+    The compiler keeps a graph's intermediates on chip when they fit: the traffic beyond its own
+    I/O that reaches HBM is the share of its kernels' bytes moved by kernels whose largest tensor
+    is larger than the logical core's SBUF (``DeviceModel.sbuf_bytes``)."""
+    tensor = flops = eager_bytes = spilled = 0.0
     engines = dict.fromkeys(COMPUTE_ENGINES, 0.0)
     launches = 0
     for counts, launched in ((calls, True), (converts or {}, False)):
@@ -182,13 +198,17 @@ def graph_work(name: str, kernels: Mapping[str, KernelCost], calls: Mapping[str,
             if sequence_parallel and cost.engine != "tensor" and _hidden_states_op(cost, sequence_parallel.hidden):
                 share = 1 / sequence_parallel.tp
             eager_bytes += cost.bytes * n * share
+            if cost.largest_bytes * share > device.sbuf_bytes:
+                spilled += cost.bytes * n * share
             if cost.engine == "tensor":
                 tensor += cost.compute_seconds * cal.efficiency["tensor"] * n
+                engines["scalar"] += cost.elements / device.engine_elements_per_s["scalar"] * n  # attention's exp
             elif cost.engine in engines:
-                engines[cost.engine] += cost.compute_seconds * n * share
+                engines[cost.engine] += cost.compute_seconds * cal.efficiency[cost.engine] * n * share
     combined = max(engines.values()) if cal.graph_engine_overlap else sum(engines.values())
-    return GraphWork(name, flops, tensor, combined, io_bytes, max(0.0, eager_bytes - io_bytes),
-                     device.hbm_bytes_per_s, launches, cal.graph_engine_overlap)
+    intermediate = max(0.0, eager_bytes - io_bytes) * (spilled / eager_bytes if eager_bytes else 0.0)
+    return GraphWork(name, flops, tensor, combined, io_bytes, intermediate, device.hbm_bytes_per_s, launches,
+                     cal.graph_engine_overlap)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,12 +10,21 @@ this module adds is Trainium's engine split. The op → engine mapping (docs/pro
 - TensorE: every op with a PyTorch FLOP formula (matmuls, convolutions,
   attention), at the rate of its operands' dtype;
 - ScalarE: transcendentals and activation functions (``SCALAR_OPS``);
+- VectorE and ScalarE together: a softmax (``SOFTMAX_OPS``) is three VectorE passes over its input
+  (the row max, the row sum, the division) around ScalarE's ``exp``, which takes the max as its
+  bias; it is charged as the three VectorE passes, the busier engine;
 - GpSimd: sorting, scans, scatter-accumulate and random numbers (``GPSIMD_OPS``);
 - DMA: copies, concatenation, gathers and indexing (``DMA_OPS``, ``*_copy``); an in-place indexed
   write (``INDEXED_WRITES``: a KV-cache update) moves only its values, not its destination, and a
   gather (``GATHERS``: an embedding lookup) only the rows it selects;
 - VectorE: every other op (arithmetic, comparisons, reductions, norms);
 - none: views and allocations, which launch no kernel.
+
+VectorE, ScalarE and GpSimd stream 128 elements per engine cycle (trn2 and trn3 VectorE: 256), the
+NKI architecture guides' data-path widths (``hardware.json``); a VectorE op reading two full-size
+tensors takes two cycles per element ("roughly 2N cycles"). A fused attention kernel runs on
+TensorE and exponentiates every score on ScalarE beside its matmuls (its ``elements``: one ``exp``
+per score, recomputed in the backward), which a compiled graph charges to ScalarE.
 
 What a compiled graph makes of a copy (``COPY_OPS``) is decided here too, once
 (:func:`in_graph`): a graph has values, not buffers, so a copy that keeps its dtype
@@ -53,10 +62,12 @@ SCALAR_OPS = frozenset({
     "sigmoid_backward", "logit", "erf", "erfc", "erfinv", "rsqrt", "sqrt", "pow", "sin", "cos", "tan",
     "asin", "acos", "atan", "atan2", "sinh", "cosh", "gelu", "gelu_backward", "silu", "silu_backward",
     "mish", "mish_backward", "softplus", "softplus_backward", "elu", "elu_backward", "selu", "celu",
-    "hardswish", "hardsigmoid", "_softmax", "_log_softmax", "_softmax_backward_data",
-    "_log_softmax_backward_data", "_safe_softmax", "logsumexp", "log_sigmoid_forward",
+    "hardswish", "hardsigmoid", "_softmax_backward_data",
+    "_log_softmax_backward_data", "logsumexp", "log_sigmoid_forward",
     "log_sigmoid_backward",
 })
+SOFTMAX_OPS = frozenset({"_softmax", "_log_softmax", "_safe_softmax"})
+SOFTMAX_VECTOR_PASSES = 3  # row max, row sum, division (exp with the max as its bias: ScalarE)
 GPSIMD_OPS = frozenset({
     "sort", "topk", "argsort", "cumsum", "cumprod", "cummax", "cummin", "nonzero", "_unique2",
     "unique_consecutive", "scatter_add", "scatter_reduce", "index_add", "index_put", "_index_put_impl",
@@ -188,12 +199,14 @@ class KernelCost:
     op: str
     engine: str
     flops: int  # TensorE FLOPs by PyTorch's formula; 0 on other engines
-    elements: int  # element operations on VectorE/ScalarE/GpSimd
+    elements: int  # element operations on VectorE/ScalarE/GpSimd (a two-input VectorE op counts its elements
+    # twice, a softmax three times); on TensorE, the scores a fused attention kernel exponentiates on ScalarE
     bytes: int  # inputs read + outputs written (HBM traffic without on-chip reuse)
     compute_seconds: float
     memory_seconds: float
     outputs_known: bool  # False when the op could not be run on meta tensors
     first_shape: tuple[int, ...] = ()  # the first tensor argument's shape (the plan's sequence-parallel split)
+    largest_bytes: int = 0  # its largest input or output: whether a compiled graph can keep it on chip (SBUF)
     graph_identity: bool = False  # a copy that keeps its dtype: nothing in a compiled graph (``in_graph``)
 
     @property
@@ -212,6 +225,16 @@ def _tensor_rate(device: DeviceModel, inputs: list[torch.Tensor]) -> float:
     the slowest dtype class among them."""
     operands = [t for t in inputs if t.dim() >= 2] or inputs
     return min(device.tensor_flops[tensor_dtype_class(t.dtype)] for t in operands)
+
+
+def _attention_scores(fn, inputs: list[torch.Tensor]) -> int:
+    """The scores a fused attention kernel exponentiates on ScalarE: batch × query heads × query
+    length × key length (the backward's arguments start with the output's gradient); 0 for any
+    other TensorE op."""
+    if "attention" not in base_name(fn):
+        return 0
+    query, key = inputs[1:3] if base_name(fn).endswith("_backward") else inputs[:2]
+    return prod(query.shape[:-1]) * key.shape[-2]
 
 
 def work(fn, args: tuple, kwargs: dict, out, outputs_known: bool = True) -> tuple[str, int, int, int]:
@@ -234,8 +257,12 @@ def work(fn, args: tuple, kwargs: dict, out, outputs_known: bool = True) -> tupl
             if outputs_known:
                 raise
             flops = 0
-        return engine, flops, 0, nbytes
+        return engine, flops, _attention_scores(fn, inputs), nbytes
     elements = max((prod(t.shape) for t in inputs + outputs), default=0)
+    if engine == "vector" and sum(prod(t.shape) == elements for t in inputs) >= 2:
+        elements *= 2  # two full-size input tiles: "roughly 2N cycles" (NKI architecture guide, VectorE)
+    if base_name(fn) in SOFTMAX_OPS:
+        elements *= SOFTMAX_VECTOR_PASSES
     return engine, 0, elements, nbytes
 
 
@@ -254,7 +281,7 @@ def roofline(op: str, engine: str, flops: int, elements: int, nbytes: int, rate_
         compute = 0.0
     else:
         eff = override.get("efficiency", cal.efficiency[engine])
-        compute = elements / (device.engine_flops[engine] * eff)
+        compute = elements / (device.engine_elements_per_s[engine] * eff)
     if engine == "dma":  # HBM to HBM through the DMA queues: the slower of the two
         bandwidth = min(device.dma_bytes_per_s * override.get("efficiency", cal.efficiency["dma"]),
                         device.hbm_bytes_per_s * cal.efficiency["hbm"])
@@ -276,5 +303,7 @@ def project_call(op: str, args: tuple, device: DeviceModel, cal: Calibration) ->
         out, known = None, False
     engine, flops, elements, nbytes = work(fn, margs, mkwargs, out, known)
     cost = roofline(op, engine, flops, elements, nbytes, inputs, device, cal, known)
+    outputs = tensors_in(out)
     return dataclasses.replace(cost, first_shape=tuple(inputs[0].shape) if inputs else (),
-                               graph_identity=in_graph(fn, inputs, tensors_in(out)) == "identity")
+                               largest_bytes=max((tensor_bytes(t) for t in inputs + outputs), default=0),
+                               graph_identity=in_graph(fn, inputs, outputs) == "identity")

@@ -52,3 +52,17 @@ def dtype_name(given: str, what: str = "--dtype") -> str:
         listed = ", ".join(f"{name} ({'/'.join(names[1:])})" for name, names in DTYPE_SPELLINGS.items())
         raise UsageError(f"{what} {given!r} is not a supported dtype; choose {listed}"
                          f"{did_you_mean(given, spellings)}".lstrip()) from None
+
+
+def short_dtype(given: str, choices: Iterable[str], what: str = "--dtype") -> str:
+    """``given`` as one of ``choices``, the short names a command takes (``bf16``, ``fp16``,
+    ``fp32``, and names of its own such as ``autocast-bf16`` or ``int8``): a dtype in any accepted
+    spelling (``bfloat16``, ``half``, ``FP32``, ...), any other name in any case."""
+    choices = list(choices)
+    long_of = {short: name for name, short in SHORT_DTYPE.items()}
+    spellings = {s: c for c in choices for s in DTYPE_SPELLINGS.get(long_of.get(c, ""), ())} | {c: c for c in choices}
+    for spelling, short in spellings.items():
+        if spelling.lower() == given.strip().lower():
+            return short
+    listed = ", ".join(f"{c} ({'/'.join(DTYPE_SPELLINGS[long_of[c]])})" if c in long_of else c for c in choices)
+    raise UsageError(f"{what} {given!r} is not one of {listed}{did_you_mean(given, spellings)}".lstrip())
