@@ -15,11 +15,6 @@ REPO = Path(__file__).resolve().parents[1]
 FOLDERS = ("torch_neuronx", "benchmarks", "tools")
 LIMITS = {"module": 500, "class": 250, "function": 80}
 
-# Units over a limit that a change in progress splits; each entry names the unit exactly and says
-# why it may wait. An entry whose unit is back under its limit fails the test: delete it then.
-ALLOWED = {
-}
-
 
 def _sizes(path: Path, root: Path = REPO) -> list[tuple[str, str, int]]:
     """(kind, unit, lines) of the module at ``path`` and of every class and function in it."""
@@ -55,13 +50,6 @@ def test_the_measure_counts_spans_with_decorators_methods_and_nested_functions(t
 
 def test_no_unit_is_over_its_limit(every_unit):
     over = [f"{kind} {unit}: {lines} lines (limit {LIMITS[kind]})"
-            for kind, unit, lines in every_unit if lines > LIMITS[kind] and unit not in ALLOWED]
+            for kind, unit, lines in every_unit if lines > LIMITS[kind]]
     assert over == [], "split these at their seams:\n" + "\n".join(over)
 
-
-@pytest.mark.parametrize("unit", sorted(ALLOWED))
-def test_every_allowed_unit_is_still_over_its_limit(unit, every_unit):
-    sizes = {name: (kind, lines) for kind, name, lines in every_unit}
-    assert unit in sizes, f"{unit} no longer exists: delete its entry from ALLOWED"
-    kind, lines = sizes[unit]
-    assert lines > LIMITS[kind], f"{unit} is {lines} lines, within its limit: delete its entry from ALLOWED"
