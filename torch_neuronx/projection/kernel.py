@@ -111,6 +111,12 @@ def flop_formula(fn):
     return flop_registry.get(packet) or _FLOP_ALIASES.get(getattr(packet, "__name__", ""))
 
 
+def tensor_engine_ops() -> frozenset[str]:
+    """Qualified names (``aten::mm``) of the ops TensorE runs: those with a FLOP formula."""
+    names = {getattr(p, "_qualified_op_name", "") for p in flop_registry}
+    return frozenset({n for n in names if n.startswith("aten::")} | {f"aten::{n}" for n in _FLOP_ALIASES})
+
+
 def engine_of(fn) -> str:
     """Which engine runs ``fn`` (see the module docstring); ``none`` for views/allocations."""
     if flop_formula(fn) is not None:
@@ -199,6 +205,11 @@ class KernelCost:
         return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
 
 
+# Matmuls whose first two tensors are the operands, the rest scales: row-wise FP32 scales are
+# 2-D, yet the FP8 operands set TensorE's rate.
+SCALED_MATMUL_OPS = frozenset({"_scaled_mm", "_scaled_mm_v2", "_scaled_grouped_mm"})
+
+
 def _tensor_rate(device: DeviceModel, inputs: list[torch.Tensor]) -> float:
     """TensorE peak for the operands (2-D and up; biases and scales don't set the rate):
     the slowest dtype class among them."""
@@ -262,6 +273,7 @@ def project_call(op: str, args: tuple, device: DeviceModel, cal: Calibration) ->
     except Exception:  # no meta kernel, or a data-dependent output shape: inputs only
         out, known = None, False
     engine, flops, elements, nbytes = work(fn, margs, mkwargs, out, known)
-    cost = roofline(op, engine, flops, elements, nbytes, inputs, device, cal, known)
+    rate_inputs = inputs[:2] if base_name(fn) in SCALED_MATMUL_OPS else inputs
+    cost = roofline(op, engine, flops, elements, nbytes, rate_inputs, device, cal, known)
     return dataclasses.replace(cost, first_shape=tuple(inputs[0].shape) if inputs else (),
                                graph_identity=in_graph(fn, inputs, tensors_in(out)) == "identity")
