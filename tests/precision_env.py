@@ -1,0 +1,49 @@
+"""(helper) Precision settings and instance profiles switched for one test and put back."""
+import contextlib
+import os
+
+import torch
+
+import torch_neuronx
+from torch_neuronx import accounting, numerics
+
+
+@contextlib.contextmanager
+def precision_env(**env):
+    """The precision variables set as given (``None``: unset) and applied, as a process started
+    with them would; the environment and the settings in force before are restored after."""
+    saved = {name: os.environ.get(name) for name in env}
+    try:
+        for name, value in env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        numerics.configure()
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        numerics.configure()
+
+
+@contextlib.contextmanager
+def instance(name: str):
+    """The emulated instance switched to ``name`` (``torch_neuronx.reconfigure``), and back."""
+    before = torch.neuron.topology()
+    capacity = torch_neuronx._C._device_capacity(0)
+    saved = os.environ.get("TORCHNEURON_INSTANCE")
+    try:
+        torch_neuronx.reconfigure(instance=name)
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TORCHNEURON_INSTANCE", None)
+        else:
+            os.environ["TORCHNEURON_INSTANCE"] = saved
+        torch.neuron._configure(before, capacity)
+        accounting.reconfigure(before)
+        numerics.configure(before.profile)
