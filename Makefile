@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0 "setuptools>=77" wheel ninja numpy
-	$(PY) -m pip install --quiet --no-build-isolation -e ".[hf,test,stablehlo,fp8]"
+	$(PY) -m pip install --quiet --no-build-isolation -e ".[hf,test,stablehlo]"
 	touch $(STAMP)
 
 $(EXT_STAMP): $(STAMP) $(CSRC)
