@@ -121,7 +121,7 @@ def measure(model: torch.nn.Module, batches: list[torch.Tensor], *, seed: int = 
 
 def table(rows: list[Drift]) -> tuple[list[str], list[list[str]]]:
     """(headers, rows) of the drift table, numbers formatted."""
-    headers = ["precision", "max error / max |FP32|", "mean |error|", "top-1 unchanged"]
+    headers = ["precision", "max error ÷ largest FP32 output", "mean abs error", "top-1 unchanged"]
     body = [[r.description, f"{r.max_rel_error:.2e}", f"{r.mean_abs_error:.2e}",
              "n/a" if r.top1_agreement is None else f"{100 * r.top1_agreement:.1f} %"] for r in rows]
     return headers, body

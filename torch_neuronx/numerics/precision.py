@@ -70,9 +70,10 @@ def summary() -> dict:
     }
 
 
-def describe() -> list[tuple[str, str]]:
-    """:func:`summary` as (label, value) rows, each value saying where it comes from."""
-    s = summary()
+def describe(s: dict | None = None) -> list[tuple[str, str]]:
+    """A :func:`summary` (default: the one in force) as (label, value) rows, each value saying
+    where it comes from."""
+    s = s or summary()
     accumulation = "on" if s["mixed_precision_accumulation"] else "off (--disable-mixed-precision-accumulation)"
     return [
         ("auto-cast (NEURON_CC_FLAGS)", s["auto_cast"] if s["auto_cast"] == "none"
