@@ -8,25 +8,25 @@ import torch_neuronx
 from torch_neuronx import accounting, numerics
 
 
+def _set_env(values: dict) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 @contextlib.contextmanager
 def precision_env(**env):
     """The precision variables set as given (``None``: unset) and applied, as a process started
     with them would; the environment and the settings in force before are restored after."""
     saved = {name: os.environ.get(name) for name in env}
     try:
-        for name, value in env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set_env(env)
         numerics.configure()
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _set_env(saved)
         numerics.configure()
 
 
@@ -40,10 +40,7 @@ def instance(name: str):
         torch_neuronx.reconfigure(instance=name)
         yield
     finally:
-        if saved is None:
-            os.environ.pop("TORCHNEURON_INSTANCE", None)
-        else:
-            os.environ["TORCHNEURON_INSTANCE"] = saved
+        _set_env({"TORCHNEURON_INSTANCE": saved})
         torch.neuron._configure(before, capacity)
         accounting.reconfigure(before)
         numerics.configure(before.profile)
