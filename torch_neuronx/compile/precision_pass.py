@@ -6,8 +6,9 @@ its FP32 matmuls compute in the auto-cast type, and ``all`` every FP32 operation
 to a narrow dtype round stochastically when the runtime says so. Inductor's CPU code does
 neither, so before code generation this pass rounds the graph's values with the ops of
 ``numerics/rounding_ops.py``: the FP32 operands of TensorE ops (the matrices, not biases)
-under ``matmult``; every FP32 input and output under ``all``; every cast to bf16/fp16/fp8 when
-stochastic rounding is on. Other narrow results of a compiled graph round to nearest.
+under ``matmult``; every FP32 input and output under ``all``; when stochastic rounding is on,
+every cast to bf16/fp16/fp8 and every bf16/fp16 result computed from narrow inputs (in FP32, then
+rounded). Results returned as lists (foreach ops) round to nearest.
 The same rules as eager kernels (``csrc/numerics/Precision.cpp``).
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..projection.kernel import tensor_engine_ops
 _CASTS = {torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default}
 _NARROW = (torch.bfloat16, torch.float16, torch.float8_e4m3fn, torch.float8_e5m2)
 _ROUNDS = {torch.ops.torchneuron.round_to_cast_type.default}
+_WIDENED = (torch.bfloat16, torch.float16)
 
 
 def _fp32(node) -> bool:
@@ -79,10 +81,37 @@ def _device_cast(node) -> bool:
             and source.dtype != dtype and set(node.kwargs) <= {"dtype"})
 
 
+def _computes_narrow(node) -> bool:
+    """A node writing a bf16/fp16 value computed from narrow floating inputs: under stochastic
+    rounding it computes in FP32 and rounds its result, as a NeuronCore engine does. Random ops
+    (host ops on the real product), views and mutating ops are left alone."""
+    val = node.meta.get("val")
+    op = node.target
+    if not isinstance(val, torch.Tensor) or val.dtype not in _WIDENED or op._schema.is_mutable or op.is_view:
+        return False
+    if torch.Tag.nondeterministic_seeded in op.tags:
+        return False
+    return any(isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].dtype in _WIDENED
+               for a in node.all_input_nodes)
+
+
+def _compute_in_fp32(graph, node) -> None:
+    for value in dict.fromkeys(a for a in node.all_input_nodes if a.meta["val"].dtype in _WIDENED):
+        with graph.inserting_before(node):
+            wide = _insert(graph, torch.ops.prims.convert_element_type.default, (value, torch.float32),
+                           value.meta["val"].to(torch.float32))
+        node.replace_input_with(value, wide)
+    dtype = node.meta["val"].dtype
+    with graph.inserting_after(node):
+        cast = _insert(graph, torch.ops.torchneuron.cast_as_device.default, (node, dtype), node.meta["val"])
+    node.replace_all_uses_with(cast, delete_user_cb=lambda user: user is not cast)
+
+
 def apply(gm: torch.fx.GraphModule) -> bool:
     """Round ``gm``'s values as the chip would under the flags and rounding mode in force; whether
-    anything changed. Casts become device casts only while stochastic rounding is on: an opaque
-    op would keep Inductor from fusing them, and the runtime's switch is set before a job starts."""
+    anything changed. Casts and narrow results round as the device does only if stochastic
+    rounding is on when the graph compiles: an opaque op would keep Inductor from fusing them, and
+    the runtime's switch is set before a job starts."""
     flags = precision.flags()
     stochastic = rounding.state()[0]
     cast_type = compiler_flags.AUTO_CAST_TYPES.index(flags.auto_cast_type)
@@ -94,7 +123,8 @@ def apply(gm: torch.fx.GraphModule) -> bool:
         if stochastic and _device_cast(node):
             _cast_as_device(graph, node)
             changed = True
-        elif flags.auto_cast == "all" and not node.target._schema.is_mutable:
+            continue
+        if flags.auto_cast == "all" and not node.target._schema.is_mutable:
             inputs = [a for a in node.all_input_nodes if _fp32(a) and a.target not in _ROUNDS]
             _round_inputs(graph, node, inputs, cast_type)
             if _fp32(node):
@@ -104,6 +134,9 @@ def apply(gm: torch.fx.GraphModule) -> bool:
             operands = _operands(node)
             _round_inputs(graph, node, operands, cast_type)
             changed = changed or bool(operands)
+        if stochastic and _computes_narrow(node):
+            _compute_in_fp32(graph, node)
+            changed = True
     if changed:
         graph.lint()
         gm.recompile()
