@@ -110,7 +110,7 @@ setup(
             # are direct (no PLT stub and GOT load per call, no interposition to assume) and may
             # be inlined within a unity unit; the per-op path's instruction-cache footprint.
             # -flto, -fno-semantic-interposition and -falign-functions=64 were measured and
-            # do not pay (docs/benchmarks.md, "Tenth round").
+            # do not pay (the per-op rows' wall time did not move).
             extra_compile_args=["-O2", "-g1", "-std=c++17", "-Wno-unused-parameter", "-fvisibility=hidden"],
         )
     ],

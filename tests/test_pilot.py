@@ -76,7 +76,7 @@ def test_pilot_on_neuron_passes_and_matches_cpu(neuron_report):
     cost = steps["cost"]["data"]
     job = cost["generation"]["eager"]
     assert job["cost_usd"] == pytest.approx(job["seconds"] * 1.5 / 3600)
-    # every projected figure carries its band; eager work has none and says why (issue 24 item 5)
+    # every projected figure carries its band; eager work has none and says why
     projected = shape["projected"]
     assert projected["error_band"]["relative"] is None and "eager" in projected["error_band"]["basis"]
     assert cost["projected"]["generation"]["eager"]["error_band"] == projected["error_band"]

@@ -1,6 +1,6 @@
 """`torchneuron pilot` under bad input and interrupts: never PASSED for the wrong model, never a user's file lost.
 
-Each test reproduces one case of issue 18; the bad-input ones stop before any model runs.
+Each test reproduces one case of bad input or interruption; the bad-input ones stop before any model runs.
 """
 from __future__ import annotations
 
@@ -237,8 +237,8 @@ def test_a_configuration_error_is_one_line_and_exit_2(tmp_path, capsys, monkeypa
 
 
 def test_a_full_disk_keeps_the_previous_report_in_one_line(tmp_path):
-    """Issue 25: on a full disk the pilot kept the old report but ended in a traceback, exit 1,
-    and left its staging folder. A file-size limit stands in for the full disk (EFBIG); the
+    """On a full disk the pilot keeps the old report and ends in one line, without a traceback
+    and without leaving its staging folder. A file-size limit stands in for the full disk (EFBIG); the
     limited run is a child process, since the limit holds for a whole process."""
     from transformers import BertConfig, BertModel
 

@@ -24,7 +24,9 @@ from torch.utils import _pytree as pytree
 from .. import accounting
 from ..runtime.errors import first_line
 from ..runtime.settings import get_flag, get_str
-from . import stablehlo
+from .lowering import custom_calls, decompositions, lower
+from .lowering.errors import LoweringError
+from .lowering.functionalise import functional_form
 
 NOT_CHECKED = "not checked (torch-mlir is not installed)"
 
@@ -92,8 +94,8 @@ def as_meta(value: Any) -> Any:
 def _trace(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> torch.fx.GraphModule:
     """A functional ATen graph of one call, tensors as inputs and everything else baked in
     (traced on fake CPU twins of the meta inputs: no memory, and ops that copy trace)."""
-    gm, _ = stablehlo.trace_call(overload, args, kwargs, lambda v: isinstance(v, torch.Tensor),
-                                 stablehlo.torch_mlir_decompositions(), functional=True)
+    gm, _ = decompositions.trace_call(overload, args, kwargs, lambda v: isinstance(v, torch.Tensor),
+                                 decompositions.torch_mlir_decompositions(), functional=True)
     return gm
 
 
@@ -113,9 +115,9 @@ def _resize_outputs(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) 
 def lower_kernel(op: str, args: tuple, kwargs: dict | None = None) -> LoweringResult:
     """Lower one kernel signature (``op`` like ``"aten::add.Tensor"``, tensors on ``meta``)."""
     start = time.perf_counter()
-    if not stablehlo.available():
+    if not lower.available():
         return LoweringResult(op, None, reason=NOT_CHECKED)
-    if stablehlo.is_custom_call(op):
+    if custom_calls.is_custom_call(op):
         return LoweringResult(op, None, reason="a custom call (an NKI kernel, or the emulator's attention "
                                                "kernel standing in for the real product's own): not "
                                                "lowered through StableHLO")
@@ -132,8 +134,8 @@ def lower_kernel(op: str, args: tuple, kwargs: dict | None = None) -> LoweringRe
         return LoweringResult(op, False, stage="trace", reason=first_line(exc, limit=300),
                               seconds=time.perf_counter() - start)
     try:
-        lowered = stablehlo.lower_fx_graph(gm, name=op.replace("::", "_").replace(".", "_"), decompose=False)
-    except stablehlo.LoweringError as exc:  # not ``unsupported``: nothing is known (lowered=None)
+        lowered = lower.lower_fx_graph(gm, name=op.replace("::", "_").replace(".", "_"), decompose=False)
+    except LoweringError as exc:  # not ``unsupported``: nothing is known (lowered=None)
         return LoweringResult(op, False if exc.unsupported else None, stage="lower", reason=str(exc),
                               seconds=time.perf_counter() - start)
     return LoweringResult(op, True, stablehlo_op_count=lowered.op_count,
@@ -153,7 +155,7 @@ def kernels_not_lowering(gm: torch.fx.GraphModule) -> list[LoweringResult]:
     their dimension constants unconverted); inside a graph they lower.
     """
     failing, seen = [], set()
-    for node in stablehlo.decomposed(stablehlo.functional_form(gm)).graph.nodes:
+    for node in decompositions.decomposed(functional_form(gm)).graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         if node.target.is_view:

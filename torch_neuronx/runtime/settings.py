@@ -185,10 +185,10 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        default_text="`1` (Neuron 2.33 docs: on with PyTorch >= 2.13)"),
     _S("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", "flag", False,
        "`1`: write each compiled graph's StableHLO to `TORCH_NEURONX_DEBUG_DIR`", "product",
-       "compile/stablehlo.py"),
+       "compile/lowering/preserved.py"),
     _S("TORCH_NEURONX_DEBUG_DIR", "str", None,
        "where artifacts go: `stablehlo/proc_<rank>/<graph name>.stablehlo.mlir`", "product",
-       "compile/stablehlo.py", default_text="`<tmp>/neuron_backend`"),
+       "compile/lowering/preserved.py", default_text="`<tmp>/neuron_backend`"),
     _S("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS", "str", None,
        "exactly `1`: an implemented op that fails on the device raises instead of falling back to CPU; "
        "the eager lowering report says \"would fail\" for ops that do not lower "
@@ -252,7 +252,7 @@ def defer_bad_values() -> ConfigError | None:
     """Parse every declared variable that is set; return the first ``ConfigError``.
 
     A bad value must not break ``import torch`` for every script, CPU-only ones
-    included (issue 18): the variables that fail are read as unset afterwards,
+    included: the variables that fail are read as unset afterwards,
     and the caller raises the returned error where the device is first used.
     """
     first = None

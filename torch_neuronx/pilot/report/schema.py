@@ -21,7 +21,7 @@ SCHEMA_VERSION = "1.3"  # 1.1: status/kind "interrupted", kind "bad_tokenizer", 
 # 1.2: projected figures (performance, cost.projected), environment.instance.price;
 # 1.3: error_band / ttft_error_band {relative, basis} beside every projected figure
 
-# The procedure order; also the order of the HTML sections.
+# The migration procedure's order; also the order of the HTML sections.
 STEP_ORDER = ("inputs", "numerics", "quality", "finetune", "checkpoint", "compilation", "performance", "cost")
 STEP_STATUSES = ("passed", "failed", "error", "skipped", "not_available", "not_run")
 REPORT_STATUSES = ("passed", "failed", "error", "interrupted")

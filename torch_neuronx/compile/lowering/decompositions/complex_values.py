@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils import _pytree as pytree
 
-from . import stablehlo
+from ..errors import LoweringError
 
 aten = torch.ops.aten
 _REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64, torch.complex32: torch.float16}
@@ -204,7 +204,7 @@ class _RealPairInterpreter(torch.fx.Interpreter):
             return super().call_function(target, args, kwargs)
         form = _REAL_PAIR_FORMS.get(target)
         if form is None:
-            raise stablehlo.LoweringError(
+            raise LoweringError(
                 f"torch-mlir could not lower the graph to StableHLO: no lowering for torch.{target} on "
                 "complex values (no real-pair form in TORCH_NEURONX_COMPLEX_DECOMPOSE's rewrite)",
                 [f"failed to legalize operation 'torch.{target}'"])

@@ -1,10 +1,10 @@
 """Instructions per eager op, decoded token and training step, ``neuron`` next to CPU, counted by callgrind.
 
-  python -m benchmarks.eager_instructions                  # add, mul, fill_ (64×64), decode, train
-  python -m benchmarks.eager_instructions --only add,decode --ops 5000 --tokens 5 --steps 1
-  python -m benchmarks.eager_instructions --only train --steps 1 --size smoke   # minutes, not hours
-  python -m benchmarks.eager_instructions --only decode --tokens 5 --cache      # + cache and branch simulation
-  python -m benchmarks.eager_instructions --only decode --tokens 5 --cache --by-function 30
+  python -m tools.eager_instructions                  # add, mul, fill_ (64×64), decode, train
+  python -m tools.eager_instructions --only add,decode --ops 5000 --tokens 5 --steps 1
+  python -m tools.eager_instructions --only train --steps 1 --size smoke   # minutes, not hours
+  python -m tools.eager_instructions --only decode --tokens 5 --cache      # + cache and branch simulation
+  python -m tools.eager_instructions --only decode --tokens 5 --cache --by-function 30
 
 A host measurement that load does not disturb: each (workload, device) runs in its own process
 under ``valgrind --tool=callgrind`` with collection switched on only around the measured loop
@@ -139,7 +139,7 @@ def count_instructions(workload: str, device: str, count: int, valgrind: str, si
         out = keep or Path(scratch) / "callgrind.out"
         command = [valgrind, "--tool=callgrind", "--collect-atstart=no",
                    *(["--cache-sim=yes", "--branch-sim=yes"] if cache else []),
-                   f"--callgrind-out-file={out}", sys.executable, "-m", "benchmarks.eager_instructions",
+                   f"--callgrind-out-file={out}", sys.executable, "-m", "tools.eager_instructions",
                    "--child", workload, device, str(count), size]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
         done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)

@@ -20,7 +20,7 @@ class Target:
         return re.sub(r"[^A-Za-z0-9]+", "_", f"{self.library} {self.label}").strip("_")
 
 
-# The default selection: the causal-LM model tests of the families the issue names first, and
+# The default selection: the causal-LM model tests of the most used families (Llama, GPT-2), and
 # files of Accelerate, PEFT and TRL that build their models locally (the runs are offline).
 DEFAULT = (
     Target("transformers", "tests/models/llama/test_modeling_llama.py"),

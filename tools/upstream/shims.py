@@ -107,7 +107,7 @@ def apply(library: str, root: Path, shims: tuple[Shim, ...] = SHIMS) -> list[Shi
             raise ShimError(f"shim for {shim.library} {shim.path} is stale: {shim.old.strip()!r} not found")
         text = text.replace(shim.old, shim.new)
         if shim.carry:
-            text += "\n\n# carried over by benchmarks/upstream/shims.py\n" + _assignment(root / shim.carry[0], shim.carry[1])
+            text += "\n\n# carried over by tools/upstream/shims.py\n" + _assignment(root / shim.carry[0], shim.carry[1])
         path.write_text(text, encoding="utf-8")
         applied.append(shim)
     return applied

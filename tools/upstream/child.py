@@ -1,6 +1,6 @@
 """One pytest run in this process, for one device, recording every test's outcome as it happens.
 
-``python -m benchmarks.upstream.child DEVICE OUTCOMES.jsonl -- PYTEST ARGS``.
+``python -m tools.upstream.child DEVICE OUTCOMES.jsonl -- PYTEST ARGS``.
 On ``cpu`` the interpreter is stock PyTorch: ``torch_neuronx`` is made
 unimportable, because Accelerate, PEFT and Transformers pick ``neuron``
 whenever ``importlib.util.find_spec("torch_neuronx")`` finds the package. The
@@ -62,7 +62,7 @@ class OutcomeRecorder:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[2] != "--":
-        raise SystemExit("usage: python -m benchmarks.upstream.child DEVICE OUTCOMES.jsonl -- PYTEST ARGS")
+        raise SystemExit("usage: python -m tools.upstream.child DEVICE OUTCOMES.jsonl -- PYTEST ARGS")
     device, outcomes, pytest_args = argv[0], argv[1], argv[3:]
     if device == "cpu":
         sys.modules[BLOCKED] = None  # find_spec() returns None and `import torch_neuronx` fails

@@ -68,7 +68,7 @@ def index_put_as_scatter(x: torch.Tensor, indices: Sequence[torch.Tensor | None]
     """``index_put(x, indices, values, accumulate)`` in ops torch-mlir lowers (``where``,
     ``index`` of an iota, ``scatter``/``scatter_add``), as the real product's compile table does.
 
-    In the AOTAutograd table of ``backend="neuron"`` (:func:`backend.aot_decompositions`), so that
+    In the AOTAutograd table of ``backend="neuron"`` (:func:`aot_decompositions`), so that
     the graph Inductor runs on the host and the graph lowered are the product's."""
     masks = [index for index in indices if _is_mask(index)]
     if not masks:

@@ -85,7 +85,7 @@ def run_target(target: Target, device: str, suite_root: Path, out_dir: Path, tim
     pytest_args = [target.path, "-q", "-p", "no:cacheprovider", "-o", "addopts=", f"--timeout={test_timeout:g}"]
     if target.keyword:
         pytest_args += ["-k", target.keyword]
-    command = [sys.executable, "-m", "benchmarks.upstream.child", device, str(outcomes), "--", *pytest_args]
+    command = [sys.executable, "-m", "tools.upstream.child", device, str(outcomes), "--", *pytest_args]
     start = time.monotonic()
     with open(out_dir / f"{target.slug}.{device}.log", "w", encoding="utf-8") as log:
         child = subprocess.Popen(command, cwd=suite_root, env=device_env(device, deps, threads), stdout=log,

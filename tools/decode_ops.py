@@ -1,9 +1,9 @@
 """Where a static-cache decode spends its time, op by op: ``neuron`` eager next to CPU eager.
 
-  python -m benchmarks.decode_ops                 # the suite's model, 32 new tokens, 3 rounds
-  python -m benchmarks.decode_ops --smoke         # tiny sizes
-  python -m benchmarks.decode_ops --markdown F    # also write the table to F
-  python -m benchmarks.decode_ops --replay        # each call of the decode by itself, in a hot loop
+  python -m tools.decode_ops                 # the suite's model, 32 new tokens, 3 rounds
+  python -m tools.decode_ops --smoke         # tiny sizes
+  python -m tools.decode_ops --markdown F    # also write the table to F
+  python -m tools.decode_ops --replay        # each call of the decode by itself, in a hot loop
 
 A measurement, not a test. One process holds the same seeded model on both
 devices and alternates ``generate(cache_implementation="static")`` calls under

@@ -1,9 +1,9 @@
-"""``python -m benchmarks.upstream``: the HF libraries' own test files on cpu and on neuron, side by side.
+"""``python -m tools.upstream``: the HF libraries' own test files on cpu and on neuron, side by side.
 
-  python -m benchmarks.upstream --snapshot transformers=GIT_DIR --snapshot trl=GIT_DIR
-  python -m benchmarks.upstream --select "peft:tests/test_custom_models.py -k 'MLP and LoRA'"
-  python -m benchmarks.upstream --only transformers --docs docs/huggingface.md
-  python -m benchmarks.upstream --render A/report.json B/report.json --docs docs/huggingface.md
+  python -m tools.upstream --snapshot transformers=GIT_DIR --snapshot trl=GIT_DIR
+  python -m tools.upstream --select "peft:tests/test_custom_models.py -k 'MLP and LoRA'"
+  python -m tools.upstream --only transformers --docs docs/huggingface.md
+  python -m tools.upstream --render A/report.json B/report.json --docs docs/huggingface.md
 
 Writes WORK_DIR/report.json (every test's outcome per device) and report.md;
 with --docs, replaces the block between the upstream-suites markers there.
@@ -97,7 +97,7 @@ def run(targets: list[selection.Target], snapshots: dict, work: Path, timeout: f
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.upstream", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tools.upstream", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--select", action="append", default=[], metavar="LIB:PATH[ -k EXPR]",
                         help="a test file to run (repeatable; default: the built-in selection)")
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true",
                         help="reuse the finished runs of an earlier invocation in the same work directory")
     parser.add_argument("--evidence", action="store_true",
-                        help="also apply the evidence shims (benchmarks/upstream/shims.py: EVIDENCE)")
+                        help="also apply the evidence shims (tools/upstream/shims.py: EVIDENCE)")
     parser.add_argument("--docs", type=Path, help="markdown file whose upstream-suites block is replaced")
     parser.add_argument("--render", type=Path, nargs="+", metavar="REPORT_JSON",
                         help="only render saved reports (several are merged in the order given)")
