@@ -3,7 +3,7 @@ MX block scales; torchao's float8 training and weight-only inference; the format
 refuses, with the compiler's message; FP8 matmuls projected at the FP8 rate.
 
 Sources: Neuron docs "Data Types" (NeuronCore-v2/v3 cFP8), compiler error code NCC_EVRF051 and
-aws-neuron-sdk issue 1393 (F8E4M3FN refused on TRN1/TRN2, even as storage), TorchAO Neuron in
+https://github.com/aws-neuron/aws-neuron-sdk/issues/1393 (F8E4M3FN refused on TRN1/TRN2, even as storage), TorchAO Neuron in
 Neuron 2.34 (MXFP8 through ``aten::_scaled_mm`` on Trn3)."""
 import copy
 

@@ -4,8 +4,8 @@
   IEEE-style e4m3 (Neuron docs, "Data Types", NeuronCore v2). PyTorch has no
   dtype for that e4m3; its OCP ``float8_e4m3fn`` is refused by the compiler with
   ``[NCC_EVRF051] Data type F8E4M3FN is not supported on TRN1/TRN2. Target TRN3
-  or later hardware`` (compiler error-code page NCC_EVRF051; aws-neuron-sdk
-  issue 1393), even as storage, unless
+  or later hardware`` (compiler error-code page NCC_EVRF051;
+  https://github.com/aws-neuron/aws-neuron-sdk/issues/1393), even as storage, unless
   ``--experimental-unsafe-fp8e4m3fn-as-fp8e4m3`` converts it to the chip's e4m3.
 - NeuronCore-v4 (Trn3): OCP ``float8_e4m3fn`` and ``float8_e5m2``, and MX
   block scaling (MXFP8; Neuron 2.34's TorchAO Neuron runs ``MXFP8Linear``
