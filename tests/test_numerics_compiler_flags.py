@@ -131,6 +131,25 @@ def test_the_graph_pass_rounds_every_fp32_value_under_auto_cast_all():
     assert torch.equal(gm(x, y, bias), torch.tanh(torch.addmm(bias, _bf16(x), _bf16(y))))
 
 
+def test_an_auto_cast_fp32_matmul_is_projected_at_the_cast_types_rate():
+    """TensorE multiplies the auto-cast operands, so an FP32 matmul costs the bf16 one (4x less
+    than FP32 on Trn2) under ``--auto-cast matmult``, and the FP8 one under ``fp8_e4m3``."""
+    from torch_neuronx import projection as P
+
+    def seconds(op_dtype, key):
+        projector = P.Projector("trn2.3xlarge", lnc=2, calibration=P.defaults())
+        meta = torch.empty(2048, 2048, dtype=op_dtype, device="meta")
+        return projector.add_signature("aten::mm", key, (meta, meta)).compute_seconds
+
+    fp32, bf16, fp8 = seconds(torch.float32, "a"), seconds(torch.bfloat16, "b"), seconds(torch.float8_e5m2, "c")
+    assert fp32 == pytest.approx(4 * bf16)
+    with precision_env(NEURON_CC_FLAGS="--auto-cast matmult"):
+        assert seconds(torch.float32, "d") == pytest.approx(bf16)
+    with precision_env(NEURON_CC_FLAGS="--auto-cast all --auto-cast-type fp8_e4m3"):
+        assert seconds(torch.float32, "e") == pytest.approx(fp8)
+    assert seconds(torch.float32, "f") == pytest.approx(fp32)
+
+
 def test_settings_are_described_for_info_and_reports():
     rows = dict(precision.describe())
     assert rows["auto-cast (NEURON_CC_FLAGS)"] == "none"

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..projection.kernel import tensor_engine_ops
+from ..projection.kernel import set_auto_cast_class, tensor_engine_ops
 from ..runtime.errors import ConfigError
 from ..runtime.extension import _C
 from ..runtime.profiles import InstanceProfile, get_profile
 from . import compiler_flags, fp8, rounding
 
 _AUTO_CAST_CODES = {"none": 0, "matmult": 1, "all": 2}
+# TensorE's rate for each auto-cast type: bf16, fp16 and tf32 run at one rate (hardware.json "bf16").
+_RATE_CLASS = {"bf16": "bf16", "fp16": "bf16", "tf32": "bf16", "fp8_e4m3": "fp8"}
 _flags = compiler_flags.PrecisionFlags()
 _profile: InstanceProfile | None = None
 
@@ -30,6 +32,7 @@ def set_flags(new: compiler_flags.PrecisionFlags) -> None:
     global _flags
     _flags = new
     _C._set_auto_cast(_AUTO_CAST_CODES[new.auto_cast], compiler_flags.AUTO_CAST_TYPES.index(new.auto_cast_type))
+    set_auto_cast_class(None if new.auto_cast == "none" else _RATE_CLASS[new.auto_cast_type])
     if _profile is not None:
         fp8.apply(_profile, new)
 

@@ -210,11 +210,22 @@ class KernelCost:
 SCALED_MATMUL_OPS = frozenset({"_scaled_mm", "_scaled_mm_v2", "_scaled_grouped_mm"})
 
 
+# The rate class FP32 operands run at under the compiler's --auto-cast (set by numerics/precision.py
+# from NEURON_CC_FLAGS): TensorE multiplies them in the auto-cast type. None: FP32, the default.
+_auto_cast_class: list[str | None] = [None]
+
+
+def set_auto_cast_class(dtype_class: str | None) -> None:
+    _auto_cast_class[0] = dtype_class
+
+
 def _tensor_rate(device: DeviceModel, inputs: list[torch.Tensor]) -> float:
     """TensorE peak for the operands (2-D and up; biases and scales don't set the rate):
-    the slowest dtype class among them."""
+    the slowest dtype class among them, FP32 counted as the auto-cast type when one is set."""
     operands = [t for t in inputs if t.dim() >= 2] or inputs
-    return min(device.tensor_flops[tensor_dtype_class(t.dtype)] for t in operands)
+    classes = [tensor_dtype_class(t.dtype) for t in operands]
+    return min(device.tensor_flops[_auto_cast_class[0] if c == "fp32" and _auto_cast_class[0] else c]
+               for c in classes)
 
 
 def work(fn, args: tuple, kwargs: dict, out, outputs_known: bool = True) -> tuple[str, int, int, int]:
