@@ -56,6 +56,20 @@ def test_scaled_mm_tensor_and_row_wise_equal_cpu(name, dtype):
             assert dev.device.type == "neuron" and torch.equal(dev.cpu(), cpu)
 
 
+def test_scaled_mm_writes_its_result_as_the_device_rounds():
+    """FP32 accumulation written as bf16: to nearest by default (CPU's result), each value one of
+    the two bf16 neighbours of the FP32 result under stochastic rounding."""
+    from torch_neuronx.numerics import stochastic_rounding
+
+    a, b = on_device(*operands(E5M2))
+    one = torch.tensor(1.0, device="neuron")
+    wide = torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float32).cpu()
+    with stochastic_rounding(True, 2):
+        narrow = torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16).float().cpu()
+    ulp = torch.exp2(torch.floor(torch.log2(wide.abs().clamp_min(2**-100))) - 7)
+    assert bool(((narrow - wide).abs() < ulp).all()) and not torch.equal(narrow, wide.bfloat16().float())
+
+
 def mx_scales(m, k, n):
     """Powers of two from 2^-3 to 2^3 as e8m0 bytes: (M, K/32) and (N, K/32), unswizzled."""
     return [torch.randint(124, 131, (rows, k // 32), dtype=torch.uint8).view(E8M0) for rows in (m, n)]
