@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from precision_env import instance
 from torch_neuronx.numerics import drift
 from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm
 
@@ -31,18 +30,3 @@ def test_drift_table_of_a_tiny_llama(llama):
     headers, body = drift.table(list(rows.values()))
     assert len(headers) == len(body[0]) == 4 and body[0][1:] == ["0.00e+00", "0.00e+00", "100.0 %"]
     assert len(drift.figure(list(rows.values())).axes) == 1
-
-
-def test_an_fp8_linear_is_the_scaled_matmul_of_its_quantized_operands():
-    linear = torch.nn.Linear(32, 16).bfloat16()
-    x = torch.randn(4, 8, 32, dtype=torch.bfloat16)
-    with instance("trn3"):
-        assert drift.fp8_format() == torch.float8_e4m3fn
-        got = drift.Fp8Linear(linear.to("neuron"), torch.float8_e4m3fn)(x.to("neuron")).cpu()
-    linear = linear.cpu()
-    flat = x.reshape(-1, 32).float()
-    x_scale, w_scale = 448 / flat.abs().amax(), 448 / linear.weight.float().abs().amax()
-    expected = torch._scaled_mm((flat * x_scale).clamp(-448, 448).to(torch.float8_e4m3fn),
-                                (linear.weight.float() * w_scale).clamp(-448, 448).to(torch.float8_e4m3fn).t(),
-                                scale_a=x_scale.reciprocal(), scale_b=w_scale.reciprocal(), out_dtype=torch.bfloat16)
-    assert torch.equal(got, (expected + linear.bias).reshape(4, 8, 16))

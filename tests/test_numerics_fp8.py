@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from precision_env import instance, precision_env
 from torch_neuronx import projection as P
+from torch_neuronx.numerics import fp8_linear
 
 E4M3, E5M2, E8M0 = torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e8m0fnu
 EVRF051 = ("Compilation error occurred on Neuron for operation=aten::_to_copy; error message=\"COMPILATION "
@@ -92,6 +93,38 @@ def test_mx_block_scaled_matmul_runs_on_trn3_only():
                                            r"\(trn3\) only; the emulated trn2.3xlarge has NeuronCore-v3"):
         torch._scaled_mm(*on_device(a5, b5), scale_a=sa.to("neuron"), scale_b=sb.to("neuron"),
                          out_dtype=torch.bfloat16)
+
+
+def test_fp8_linear_is_the_scaled_matmul_of_its_quantized_operands():
+    linear = torch.nn.Linear(32, 16).bfloat16()
+    x = torch.randn(4, 8, 32, dtype=torch.bfloat16)
+    with instance("trn3"):
+        assert fp8_linear.formats() == (E4M3, E5M2)  # torchao's recipe: e4m3 forward, e5m2 gradients
+        got = fp8_linear.Fp8Linear(linear.to("neuron"), E4M3, E5M2)(x.to("neuron")).cpu()
+    assert fp8_linear.formats() == (E5M2, E5M2)  # trn2 refuses e4m3fn
+    linear = linear.cpu()
+    flat, weight = x.reshape(-1, 32).float(), linear.weight.float()
+    x_scale, w_scale = 448 / flat.abs().amax(), 448 / weight.abs().amax()
+    expected = torch._scaled_mm((flat * x_scale).clamp(-448, 448).to(E4M3),
+                                (weight * w_scale).clamp(-448, 448).to(E4M3).t(),
+                                scale_a=x_scale.reciprocal(), scale_b=w_scale.reciprocal(), out_dtype=torch.bfloat16)
+    assert torch.equal(got, (expected + linear.bias).reshape(4, 8, 16))
+
+
+@pytest.mark.parametrize("name", ["trn2.3xlarge", "trn3"])
+def test_an_fp8_training_step_equals_cpu(name):
+    """Forward and both backward matmuls in FP8 (no torchao needed): the device's step is CPU's,
+    and its gradients stay near the bf16 ones."""
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16)).bfloat16()
+    x = torch.randn(8, 32, dtype=torch.bfloat16)
+    reference = copy.deepcopy(model)
+    with instance(name):
+        formats = fp8_linear.formats()
+        loss, params = _train_step(fp8_linear.with_fp8_matmuls(copy.deepcopy(model).to("neuron")), x.to("neuron"))
+    cpu_loss, cpu_params = _train_step(fp8_linear.with_fp8_matmuls(model, *formats), x)
+    assert torch.equal(loss, cpu_loss) and all(torch.equal(p, q) for p, q in zip(params, cpu_params))
+    _, bf16_params = _train_step(reference, x)
+    assert all((p.float() - q.float()).abs().max() < 0.05 for p, q in zip(params, bf16_params))
 
 
 def test_fp8_matmul_is_projected_at_the_fp8_rate():

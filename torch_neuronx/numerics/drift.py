@@ -3,8 +3,8 @@
 The same inputs run through copies of the model on ``neuron``: in FP32 (as the real
 product runs it, ``--auto-cast=none``), in bf16 rounding to nearest even (the default),
 in bf16 with the runtime's stochastic rounding, and with every ``nn.Linear`` as an FP8
-matmul (``torch._scaled_mm``, dynamic tensor-wise scales, as torchao's float8 recipe) in
-the FP8 format the instance takes (``fp8.py``; e4m3 where it can). Each is compared with the FP32 model on
+matmul (``fp8_linear.py``: ``torch._scaled_mm``, dynamic tensor-wise scales, as torchao's
+float8 recipe) in the FP8 format the instance takes (``fp8.py``; e4m3 where it can). Each is compared with the FP32 model on
 the host: the largest error relative to the largest reference value, the mean error, and
 for logits the share of positions whose top-1 prediction is unchanged. These are **host
 measurements of emulated numerics**: the rounding is the chip's, the kernels' summation
@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 from matplotlib.figure import Figure
 
-from . import precision
+from . import fp8_linear
 from .rounding import stochastic_rounding
 
 PRECISIONS = ("fp32", "bf16", "bf16-sr", "fp8")
@@ -44,40 +44,6 @@ def logits_of(model: torch.nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     return getattr(out, "logits", out)
 
 
-class Fp8Linear(torch.nn.Module):
-    """``linear`` as an FP8 matmul: input and weight scaled by their absolute maxima into
-    ``dtype``'s range, multiplied by ``torch._scaled_mm`` with FP32 accumulation, written in the
-    input's dtype, plus the bias."""
-
-    def __init__(self, linear: torch.nn.Linear, dtype: torch.dtype):
-        super().__init__()
-        self.linear, self.dtype = linear, dtype
-
-    def _quantized(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        scale = torch.finfo(self.dtype).max / t.abs().amax().float().clamp(min=1e-12)
-        return (t.float() * scale).clamp(-torch.finfo(self.dtype).max, torch.finfo(self.dtype).max).to(self.dtype), \
-            scale.reciprocal()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
-        xq, x_scale = self._quantized(flat)
-        wq, w_scale = self._quantized(self.linear.weight)
-        out = torch._scaled_mm(xq, wq.t(), scale_a=x_scale, scale_b=w_scale, out_dtype=x.dtype)
-        if self.linear.bias is not None:
-            out = out + self.linear.bias
-        return out.reshape(*x.shape[:-1], out.shape[-1])
-
-
-def with_fp8_matmuls(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
-    """``model`` with every ``nn.Linear`` replaced by an :class:`Fp8Linear` (in place)."""
-    for name, child in list(model.named_children()):
-        if isinstance(child, torch.nn.Linear):
-            setattr(model, name, Fp8Linear(child, dtype))
-        else:
-            with_fp8_matmuls(child, dtype)
-    return model
-
-
 def _compare(precision: str, description: str, got: list[torch.Tensor], ref: list[torch.Tensor]) -> Drift:
     got = [g.detach().float().cpu() for g in got]
     scale = max(r.abs().max().item() for r in ref) or 1.0
@@ -90,32 +56,27 @@ def _compare(precision: str, description: str, got: list[torch.Tensor], ref: lis
                  torch.cat([e.flatten() for e in errors]).mean().item(), top1)
 
 
-def fp8_format() -> torch.dtype:
-    """The FP8 format of the matmuls: e4m3 where the instance takes it (more precision), else e5m2."""
-    formats = precision.summary()["fp8_formats"]
-    return torch.float8_e4m3fn if "float8_e4m3fn" in formats else torch.float8_e5m2
-
-
 @torch.no_grad()
 def measure(model: torch.nn.Module, batches: list[torch.Tensor], *, seed: int = 0,
             forward: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor] = logits_of,
             device: str = "neuron") -> list[Drift]:
     """Drift of ``forward(model, batch)`` per precision of :data:`PRECISIONS` against FP32 on the host,
-    on the instance in force; ``model`` (on the host, FP32) is left as it was."""
-    model = model.eval()
+    on the instance in force; ``model`` (on the host) is left as it was, and compared in FP32."""
+    model = model.eval() if all(p.dtype == torch.float32 for p in model.parameters()) \
+        else copy.deepcopy(model).float().eval()
     ref = [forward(model, b).detach().float() for b in batches]
-    fmt = fp8_format()
+    fmt = fp8_linear.formats()[0]
     rows = []
-    for precision in PRECISIONS:
+    for name in PRECISIONS:
         copy_ = copy.deepcopy(model).to(device)
-        if precision != "fp32":
+        if name != "fp32":
             copy_ = copy_.to(torch.bfloat16)
-        if precision == "fp8":
-            with_fp8_matmuls(copy_, fmt)
-        with stochastic_rounding(precision == "bf16-sr", seed):
+        if name == "fp8":
+            fp8_linear.with_fp8_matmuls(copy_)
+        with stochastic_rounding(name == "bf16-sr", seed):
             got = [forward(copy_, b.to(device)) for b in batches]
-        description = _LABELS[precision].format(fmt=str(fmt).removeprefix("torch.float8_"))
-        rows.append(_compare(precision, description, got, ref))
+        description = _LABELS[name].format(fmt=str(fmt).removeprefix("torch.float8_"))
+        rows.append(_compare(name, description, got, ref))
     return rows
 
 
