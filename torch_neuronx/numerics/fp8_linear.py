@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import torch
 
-from . import precision
+from . import fp8, precision
 
 
-def formats() -> tuple[torch.dtype, torch.dtype]:
-    """(forward, gradient) FP8 formats on the instance in force."""
-    e4m3 = "float8_e4m3fn" in precision.summary()["fp8_formats"]
+def formats(target: str | None = None) -> tuple[torch.dtype, torch.dtype]:
+    """(forward, gradient) FP8 formats on the instance family ``target`` (``trn2``; default: the
+    instance in force), under the precision flags in force."""
+    family = target or precision.summary()["instance_family"]
+    e4m3 = torch.float8_e4m3fn in fp8.supported(family, precision.flags())
     return (torch.float8_e4m3fn if e4m3 else torch.float8_e5m2), torch.float8_e5m2
 
 

@@ -70,6 +70,7 @@ def summary() -> dict:
         "fp8_formats": [str(d).removeprefix("torch.") for d in fp8.supported(profile.family, _flags)],
         "mx_block_scaling": fp8.mx_supported(profile.family),
         "neuron_core": fp8.CORE.get(profile.family, profile.family),
+        "instance_family": profile.family,
     }
 
 
