@@ -25,17 +25,14 @@ def installed_architectures() -> list[str]:
 
 def select(args: argparse.Namespace, installed: list[str]) -> list[str]:
     from torch_neuronx.coverage.popular import POPULAR_TEXT_GENERATION
-    from torch_neuronx.runtime.errors import UsageError
+    from torch_neuronx.runtime.spellings import pick
 
     chosen = installed
     if args.popular:
         chosen = [m for m in POPULAR_TEXT_GENERATION if m in installed]
     if args.only:
-        wanted = [m.strip() for m in args.only.split(",") if m.strip()]
-        unknown = [m for m in wanted if m not in installed]
-        if unknown:
-            raise UsageError(f"not a causal-LM architecture of the installed Transformers: {', '.join(unknown)}")
-        chosen = wanted
+        chosen = [pick(m, installed, "--only", "a causal-LM architecture of the installed Transformers")
+                  for m in args.only.split(",") if m.strip()]
     return chosen[: args.limit] if args.limit else chosen
 
 
@@ -125,6 +122,10 @@ def validate(args: argparse.Namespace) -> SweepRequest:
         if args.layers < 1:
             raise UsageError(f"--layers must be at least 1 (got {args.layers})")
         chosen = select(args, installed)
+        if args.instance:  # exported: the workers see it too
+            import torch_neuronx
+
+            torch_neuronx.reconfigure(instance=args.instance)
         resolve_device(args.device)
     except PilotError as exc:  # the device named by --device cannot be used
         raise UsageError(str(exc)) from None
@@ -289,6 +290,7 @@ def _print_compiled(console, results: list[dict], summary: dict) -> None:
 
 
 def add_parser(sub) -> None:
+    from torch_neuronx.cli.options import add_instance
     from torch_neuronx.testing.tiny_models import TinySize
 
     p = sub.add_parser("coverage", help="check every causal-LM architecture of the installed Transformers",
@@ -296,6 +298,7 @@ def add_parser(sub) -> None:
                        "for forward, backward, generate (dynamic and static cache), logits parity with CPU and "
                        "save/load, in isolated worker processes.")
     p.add_argument("--device", default="neuron", help="device to check against the CPU (default neuron)")
+    add_instance(p, "the device's cores and HBM in every worker")
     p.add_argument("--only", default=None, help="comma-separated model types, e.g. llama,gpt2")
     p.add_argument("--popular", action="store_true", help="only the curated list of widely used architectures")
     p.add_argument("--limit", type=int, default=None, help="at most this many architectures")

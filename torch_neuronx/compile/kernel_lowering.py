@@ -16,6 +16,7 @@ import dataclasses
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -196,6 +197,12 @@ class KernelLoweringCollector:
             self._seen.add(key)
             return self._results.setdefault(key, result)
 
+    def stablehlo_sizes(self, keys: Iterable[Any]) -> dict[Any, int | None]:
+        """The StableHLO op count of each of ``keys`` that was lowered; None for one that was not."""
+        with self._lock:
+            return {k: self._results[k].stablehlo_op_count if k in self._results and self._results[k].lowered
+                    else None for k in set(keys)}
+
     def forget_seen(self) -> None:
         """Restart the report; lowered signatures stay cached and are not lowered again."""
         with self._lock:
@@ -206,11 +213,12 @@ class KernelLoweringCollector:
             self._results.clear()
             self._seen.clear()
 
-    def report(self) -> dict:
+    def report(self, keys: Iterable[Any] | None = None) -> dict:
         """Per-op summary: kernels lowered, ops that would fall back to CPU (or, under
-        ``TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1``, fail), with the reason."""
+        ``TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1``, fail), with the reason; of the
+        signatures seen since the last ``forget_seen()``, or of ``keys`` (each counted once)."""
         with self._lock:
-            results = [self._results[k] for k in self._seen]
+            results = [self._results[k] for k in (self._seen if keys is None else set(keys)) if k in self._results]
         verdict = "would fail" if fallback_only_for_unimplemented() else "would fall back to CPU"
         stablehlo_ops: dict[str, int] = defaultdict(int)
         fall_back: dict[str, str] = {}
@@ -266,9 +274,15 @@ def eager_lowering_active() -> bool:
     return _listening
 
 
-def eager_lowering_report() -> dict:
-    """The ``lowering`` section of ``torch_neuronx.metrics()``: ``enabled`` plus the collector's report."""
-    return {"enabled": _listening, **_collector.report()}
+def eager_lowering_report(keys: Iterable[str] | None = None) -> dict:
+    """The ``lowering`` section of ``torch_neuronx.metrics()``: ``enabled`` plus the collector's
+    report (of the signatures ``keys``, each once, when given)."""
+    return {"enabled": _listening, **_collector.report(keys)}
+
+
+def stablehlo_sizes(keys: Iterable[str]) -> dict[str, int | None]:
+    """Each eager kernel signature's StableHLO op count where it was lowered, else None."""
+    return _collector.stablehlo_sizes(keys)
 
 
 def reset_eager_lowering() -> None:
