@@ -131,14 +131,9 @@ at::Tensor CallState::to_neuron(at::Tensor&& out) {
     return view;
   }
   if (C10_UNLIKELY(precision_ != nullptr)) {
-    return adopt_result(precision_->finish_result(std::move(out), result_index), index);
+    out = precision_->finish_result(std::move(out), result_index);
+    storage = out.storage().unsafeGetStorageImpl();
   }
-  return adopt_result(std::move(out), index);
-}
-
-// Fresh memory a kernel returned becomes device memory.
-at::Tensor CallState::adopt_result(at::Tensor&& out, c10::DeviceIndex index) {
-  auto* storage = out.storage().unsafeGetStorageImpl();
   at::Tensor result;
   if (out.storage().use_count() > 1) {
     // Memory the kernel shares with something else: copy, never steal.

@@ -115,7 +115,6 @@ class CallState {
   void sync_recorded_args();
   void restore_written_args();
   [[noreturn]] C10_NOINLINE void raise_call_error(const c10::OperatorName& op) const;
-  at::Tensor adopt_result(at::Tensor&& out, c10::DeviceIndex index);
 
   bool aten_kernel_;
   std::optional<c10::DeviceIndex> device_;
