@@ -103,11 +103,12 @@ def test_fp8_linear_is_the_scaled_matmul_of_its_quantized_operands():
         got = fp8_linear.Fp8Linear(linear.to("neuron"), E4M3, E5M2)(x.to("neuron")).cpu()
     assert fp8_linear.formats() == (E5M2, E5M2)  # trn2 refuses e4m3fn
     linear = linear.cpu()
-    flat, weight = x.reshape(-1, 32).float(), linear.weight.float()
-    x_scale, w_scale = 448 / flat.abs().amax(), 448 / weight.abs().amax()
-    expected = torch._scaled_mm((flat * x_scale).clamp(-448, 448).to(E4M3),
-                                (weight * w_scale).clamp(-448, 448).to(E4M3).t(),
-                                scale_a=x_scale.reciprocal(), scale_b=w_scale.reciprocal(), out_dtype=torch.bfloat16)
+    flat, weight = x.reshape(-1, 32), linear.weight
+    x_scale = (448 / flat.float().abs().amax()).bfloat16()  # the scale in the activations' dtype
+    w_scale = (448 / weight.float().abs().amax()).bfloat16()
+    expected = torch._scaled_mm((flat * x_scale).to(E4M3), (weight * w_scale).to(E4M3).t(),
+                                scale_a=x_scale.float().reciprocal(), scale_b=w_scale.float().reciprocal(),
+                                out_dtype=torch.bfloat16)
     assert torch.equal(got, (expected + linear.bias).reshape(4, 8, 16))
 
 
@@ -178,3 +179,22 @@ def test_torchao_float8_weight_only_inference_equals_cpu_on_trn3():
         got = device_model(x.to("neuron")).cpu()
     quantize_(model, Float8WeightOnlyConfig())
     assert torch.equal(got, model(x))
+
+
+def test_a_plan_with_fp8_precision_runs_its_linear_matmuls_at_the_fp8_rate(tmp_path):
+    """``torchneuron plan --precision fp8``: bf16 parameters, every ``nn.Linear``'s matmuls in FP8
+    (``numerics/fp8_linear.py``): the same FLOPs as bf16, less TensorE time, the same memory for
+    the parameters; the dynamic-scaling passes are charged as the elementwise work they are."""
+    from torch_neuronx.plan.planner import Planner
+    from torch_neuronx.plan.request import Layout
+    from torch_neuronx.testing.tiny_models import tiny_config
+
+    tiny_config("llama").save_pretrained(tmp_path)
+    plans = {p: Planner(str(tmp_path), "trn2.3xlarge", 64, dtype=p).plan(Layout(1, 1, 1, False, 2, 1)).to_dict()
+             for p in ("bf16", "fp8")}
+    bf16, fp8 = (plans[p]["time"]["graphs"] for p in ("bf16", "fp8"))
+    for graph in ("forward", "backward"):
+        assert fp8[graph]["flops"] == bf16[graph]["flops"] > 0
+        assert fp8[graph]["tensor_seconds_at_peak"] < bf16[graph]["tensor_seconds_at_peak"]
+    assert plans["fp8"]["memory"]["bytes"]["parameters"] == plans["bf16"]["memory"]["bytes"]["parameters"]
+    assert plans["fp8"]["precision"] == "fp8"

@@ -245,9 +245,10 @@ def add_parser(sub) -> None:
                         "default the precision's)")
     p.add_argument("--vocab-parallel", action="store_true",
                    help="split the input embedding over TP on the vocabulary (the LM head always is)")
-    p.add_argument("--precision", choices=("bf16", "fp16", "fp32", "autocast-bf16"), default=None,
-                   help="bf16 (default), fp16, fp32, or autocast-bf16 (fp32 master weights and optimizer "
-                        "state, bf16 compute)")
+    p.add_argument("--precision", choices=("bf16", "fp16", "fp32", "autocast-bf16", "fp8"), default=None,
+                   help="bf16 (default), fp16, fp32, autocast-bf16 (fp32 master weights and optimizer "
+                        "state, bf16 compute), or fp8 (bf16 with every nn.Linear's matmuls in FP8, "
+                        "torchao's float8 recipe in the instance's formats)")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None, help="same as --precision")
     p.add_argument("--mode", choices=("compile", "eager"), default="compile",
                    help="compile: one graph per forward, backward, optimizer step, prefill, decode "

@@ -133,6 +133,8 @@ void bind_routes(py::module& m) {
         "The structured and foreach ops routed to the fallback at module init (aten/CpuFallbackRoutes.cpp)");
   m.def("_ops_accounted_as_composite", &ops_accounted_as_composite,
         "Native kernels that account the kernels of the composite they replace (aten/NativeRoutes.cpp)");
+  m.def("_accounted_native_ops", &accounted_native_ops,
+        "Native kernels accounted as one kernel of their own (aten/ScaledMatmulRoutes.cpp)");
   m.def("_set_fused_attention", &native::set_fused_attention,
         "TORCH_NEURONX_ENABLE_NKI_SDPA: fused flash attention when possible (see aten/AttentionRoutes.cpp)");
 }

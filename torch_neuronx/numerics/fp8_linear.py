@@ -23,10 +23,13 @@ def formats(target: str | None = None) -> tuple[torch.dtype, torch.dtype]:
 
 
 def _quantized(t: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``t`` scaled into ``dtype``'s range by its absolute maximum, and the scale that undoes it."""
+    """``t`` scaled into ``dtype``'s range by its absolute maximum, and the scale that undoes it:
+    one pass to find the maximum, one to scale and cast, in ``t``'s own dtype (a product that
+    rounds a hair above the format's largest value still casts to it)."""
     top = torch.finfo(dtype).max
-    scale = top / t.abs().amax().float().clamp(min=1e-12)
-    return (t.float() * scale).clamp(-top, top).to(dtype), scale.reciprocal()
+    amax = torch.linalg.vector_norm(t, float("inf")).float().clamp(min=1e-12)
+    scale = (top / amax).to(t.dtype)
+    return (t * scale).to(dtype), scale.float().reciprocal()
 
 
 def scaled_matmul(a: torch.Tensor, b: torch.Tensor, a_dtype: torch.dtype, b_dtype: torch.dtype,
