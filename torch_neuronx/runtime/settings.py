@@ -220,6 +220,25 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        "first used (`metrics()`, `torchneuron info`, `plan`), never at `import torch`: a missing or "
        "corrupt file, or an out-of-range, NaN or infinite figure, is one line naming this variable", "ours",
        "projection/calibration.py", default_text="unset", invalid="no-such-calibration.json"),
+    # --- profiling (docs/profiling.md) ------------------------------------------
+    _S("NEURON_RT_INSPECT_ENABLE", "flag", False,
+       "`1`: profile the whole process without code changes: `torch.profiler` with CPU and device "
+       "activity from the backend's load to exit, the trace written as `NeuronProfiler` writes it "
+       "([profiling](profiling.md#without-code-changes)); a folder that cannot be written is one warning "
+       "and a run without profiling", "product", "profiling/capture.py"),
+    _S("NEURON_RT_INSPECT_OUTPUT_DIR", "str", "./output",
+       "where profiles go: `<dir>/<host>_pid_<pid>/<timestamp>/trace.json`; also `NeuronProfiler`'s "
+       "default", "product", "profiling/export.py"),
+    _S("NEURON_RT_INSPECT_SYSTEM_PROFILE", "flag", True,
+       "with `NEURON_RT_INSPECT_ENABLE`: the host side of each launch, linked to its device event "
+       "(`ProfileMode.RUNTIME`)", "product", "profiling/capture.py"),
+    _S("NEURON_RT_INSPECT_DEVICE_PROFILE", "choice", "0",
+       "with `NEURON_RT_INSPECT_ENABLE`: `1`, `model` or `session` add the engine tracks "
+       "(`ProfileMode.DEVICE`); `0`: none", "product", "profiling/capture.py",
+       choices=("0", "1", "model", "session")),
+    _S("NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC", "int", 1_000_000,
+       "device events kept per NeuronCore in one profile, the oldest dropped first (`NeuronConfig`'s "
+       "`max_events_per_nc` overrides it)", "product", "profiling/session.py", minimum=1),
     # --- NKI ---------------------------------------------------------------------
     _S("NEURON_PLATFORM_TARGET_OVERRIDE", "choice", None,
        "NKI kernel target: `trn1`/`trn2`/`trn3` (or `gen2`/`gen3`/`gen4`): limits and clocks of the "
