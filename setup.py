@@ -29,11 +29,13 @@ CSRC = os.path.join("torch_neuronx", "csrc")
 # compiled on its own.
 UNITY_UNITS = {
     "aten_routes_a": ["aten/AttentionRoutes.cpp", "aten/AutocastRoutes.cpp", "aten/CpuFallbackRoutes.cpp"],
-    "aten_routes_b": ["aten/FastPathRoutes.cpp", "aten/MemoryFormatRoutes.cpp", "aten/NativeRoutes.cpp"],
+    "aten_routes_b": ["aten/FastPathRoutes.cpp", "aten/MemoryFormatRoutes.cpp", "aten/NativeRoutes.cpp",
+                      "aten/ScaledMatmulRoutes.cpp"],
     "aten_native": ["aten/native/Attention.cpp", "aten/native/Call.cpp",
                     "aten/native/CounterRandom.cpp", "aten/native/CpuFallback.cpp",
-                    "aten/native/GeneratorLease.cpp",
-                    "aten/native/Kernels.cpp", "aten/native/MemoryFormat.cpp"],
+                    "aten/native/GeneratorLease.cpp", "aten/native/Kernels.cpp",
+                    "aten/native/MemoryFormat.cpp", "aten/native/ScaledMatmul.cpp"],
+    "numerics": ["numerics/Narrowing.cpp", "numerics/Precision.cpp", "numerics/Rounding.cpp"],
     "runtime_memory": ["runtime/Alias.cpp", "runtime/Allocator.cpp", "runtime/AllocatorStats.cpp"],
     "runtime_device": ["runtime/Device.cpp", "runtime/Fork.cpp", "runtime/Generators.cpp",
                        "runtime/GraphInputs.cpp", "runtime/Guard.cpp"],

@@ -40,6 +40,8 @@ BAD_VALUES = [
     ({"NEURON_LOGICAL_NC_CONFIG": "4"}, "NEURON_LOGICAL_NC_CONFIG=4 is invalid"),
     ({"TORCH_NEURONX_ENABLE_NKI_SDPA": "perhaps"}, "TORCH_NEURONX_ENABLE_NKI_SDPA='perhaps' is not a boolean"),
     ({"LOCAL_WORLD_SIZE": "9", "LOCAL_RANK": "0"}, "9 ranks per node but trn2.3xlarge with LNC=2 has only 4"),
+    ({"NEURON_CC_FLAGS": "--auto-cast fast"},
+     "NEURON_CC_FLAGS: --auto-cast value 'fast' is not one of none, matmult, matmul, all"),
 ]
 
 

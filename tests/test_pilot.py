@@ -60,6 +60,9 @@ def test_pilot_on_neuron_passes_and_matches_cpu(neuron_report):
     assert all(e["max_abs_error"] <= 1e-4 for e in logits.values())
     assert len(steps["numerics"]["data"]["eager"]["per_layer_max_abs_error"]) == \
         pilot_model.BUILTIN_SIZE.layers
+    drift_rows = steps["numerics"]["data"]["precision"]["drift"]  # the drift per precision vs FP32
+    assert [d["precision"] for d in drift_rows] == ["fp32", "bf16", "bf16-sr", "fp8"]
+    assert drift_rows[0]["max_rel_error"] == 0.0 < drift_rows[1]["max_rel_error"]
     gen = steps["quality"]["data"]["generation"]["eager"]
     assert gen["device_tokens"] == gen["cpu_tokens"] and len(gen["cpu_tokens"][0]) == 3
     ft = steps["finetune"]["data"]

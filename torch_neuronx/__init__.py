@@ -52,7 +52,8 @@ def _register() -> None:
     )
     from . import accounting, amp, compile, distributed, numerics, profiling
 
-    numerics.install()
+    precision_error = numerics.install(topology.profile)
+    config_error = config_error or precision_error
     amp.install()
     compile.install(neuron)
     distributed.install(topology)
@@ -74,7 +75,7 @@ def reconfigure(instance: str | None = None, hbm_per_core: int | None = None) ->
     their charge to the old cores. A bad ``instance`` raises ``ConfigError``
     and changes nothing.
     """
-    from . import accounting, neuron
+    from . import accounting, neuron, numerics
 
     profile = _profiles.get_profile(instance) if instance is not None else None
     topology = _profiles.resolve_topology(profile)
@@ -84,6 +85,7 @@ def reconfigure(instance: str | None = None, hbm_per_core: int | None = None) ->
         os.environ["TORCHNEURON_INSTANCE"] = instance
     neuron._configure(topology, hbm_per_core)
     accounting.reconfigure(topology)
+    numerics.configure(topology.profile)  # the instance's FP8 formats; raises for a bad precision variable
 
 
 _register()

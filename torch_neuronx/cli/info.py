@@ -38,6 +38,7 @@ def collect() -> dict:
 def _fidelity() -> dict:
     """Cache location and size, plus the switches that change what is reported."""
     import torch_neuronx
+    from torch_neuronx.numerics import precision
 
     snapshot = torch_neuronx.metrics()
     return {
@@ -45,6 +46,7 @@ def _fidelity() -> dict:
         "kernel_accounting": snapshot["accounting_enabled"],
         "int64_float64_mode": snapshot["int64_float64_mode"],
         "compile_seconds_per_kernel_estimate": snapshot["compile_seconds_per_kernel_estimate"],
+        "precision": precision.summary(),  # NEURON_CC_FLAGS, stochastic rounding, FP8 formats
     }
 
 
@@ -80,6 +82,8 @@ def render(info: dict) -> None:
 
 
 def _fidelity_rows(fidelity: dict) -> list[tuple[str, str]]:
+    from torch_neuronx.numerics import precision
+
     cache = fidelity["neff_cache"]
     if cache["enabled"]:
         where = f"{cache['dir']} ({cache['entries']} entries, {cache['bytes'] / 2**20:.1f} MiB)"
@@ -90,6 +94,7 @@ def _fidelity_rows(fidelity: dict) -> list[tuple[str, str]]:
         ("kernel accounting", "on" if fidelity["kernel_accounting"] else "off (TORCHNEURON_KERNEL_ACCOUNTING=0)"),
         ("int64 / float64 on device", fidelity["int64_float64_mode"]),
         ("compile time per kernel", f"{fidelity['compile_seconds_per_kernel_estimate']:g} s (estimate)"),
+        *precision.describe(fidelity["precision"]),
     ]
 
 

@@ -249,9 +249,11 @@ def add_parser(sub) -> None:
                         "computed in full (default: fused to train, materialized to serve)")
     p.add_argument("--vocab-parallel", action="store_true",
                    help="split the input embedding over TP on the vocabulary (the LM head always is)")
-    p.add_argument("--precision", type=plan_dtype(("bf16", "fp16", "fp32", "autocast-bf16")), default=None,
+    p.add_argument("--precision", type=plan_dtype(("bf16", "fp16", "fp32", "autocast-bf16", "fp8")), default=None,
                    help="bf16 (default), fp16, fp32 (also spelled bfloat16, float16, half, float32, any "
-                        "case), or autocast-bf16 (fp32 master weights and optimizer state, bf16 compute)")
+                        "case), autocast-bf16 (fp32 master weights and optimizer state, bf16 compute), or "
+                        "fp8 (bf16 with every nn.Linear's matmuls in FP8, torchao's float8 recipe in the "
+                        "instance's formats)")
     p.add_argument("--dtype", type=plan_dtype(("bf16", "fp16", "fp32")), default=None,
                    help="same as --precision: bf16, fp16 or fp32, in any spelling")
     p.add_argument("--mode", choices=("compile", "eager"), default="compile",

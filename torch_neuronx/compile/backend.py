@@ -39,7 +39,7 @@ from ..accounting import projected
 from ..runtime.errors import first_line
 from ..runtime.log import get_logger
 from ..runtime.settings import get_flag
-from . import artifacts, cache, device_interface, flex_attention, kernel_lowering, passes
+from . import artifacts, cache, device_interface, flex_attention, kernel_lowering, passes, precision_pass
 from .aliased_execution import alias_runner
 from ..projection import graph_compile_seconds
 from .dynamo_metrics import METRICS, GraphRecord, NeuronCompilationMetrics
@@ -222,6 +222,7 @@ def _compile_aot_graph(
         passes.rewrite_devices_to_cpu(gm)
         record.torch_neuronx_fx_passes_us = _us_since(start)
         _lower_and_account(gm, example_inputs, record)
+        precision_pass.apply(gm)  # after the key: NEURON_CC_FLAGS is in its compiler suffix
         codegen_start = time.perf_counter()
         fake_mode = detect_fake_mode(example_inputs)
         cpu_inputs = passes.cpu_fake_inputs(fake_mode, example_inputs)

@@ -4,6 +4,7 @@
 #include "aten/native/Native.h"
 #include "accounting/Accounting.h"
 #include "numerics/Narrowing.h"
+#include "numerics/Precision.h"
 #include "profiler/DeviceTrace.h"
 #include "runtime/Alias.h"
 #include "runtime/Allocator.h"
@@ -14,6 +15,7 @@
 #include "runtime/HostPool.h"
 
 #include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -142,6 +144,8 @@ void bind_routes(py::module& m) {
         "The structured and foreach ops routed to the fallback at module init (aten/CpuFallbackRoutes.cpp)");
   m.def("_ops_accounted_as_composite", &ops_accounted_as_composite,
         "Native kernels that account the kernels of the composite they replace (aten/NativeRoutes.cpp)");
+  m.def("_accounted_native_ops", &accounted_native_ops,
+        "Native kernels accounted as one kernel of their own (aten/ScaledMatmulRoutes.cpp)");
   m.def("_set_fused_attention", &native::set_fused_attention,
         "TORCH_NEURONX_ENABLE_NKI_SDPA: fused flash attention when possible (see aten/AttentionRoutes.cpp)");
 }
@@ -194,6 +198,11 @@ void bind_accounting(py::module& m) {
   m.def("_forget_signatures", &forget_signatures);
 }
 
+at::ScalarType scalar_type_of(const py::handle& dtype) {
+  TORCH_CHECK(THPDtype_Check(dtype.ptr()), "expected a torch.dtype");
+  return reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type;
+}
+
 void bind_device_trace(py::module& m) {
   m.def("_install_device_trace", &install_device_trace);
   m.def("_device_trace_note", [](int kind, uint64_t payload, int64_t issue_ns) {
@@ -207,6 +216,31 @@ void bind_numerics(py::module& m) {
   m.def("_set_narrowing_mode", &set_narrowing_mode);
   m.def("_narrowing_mode", &configured_narrowing_mode);
   m.def("_suspend_narrowing", &suspend_narrowing);
+  m.def("_set_stochastic_rounding", &configure_stochastic_rounding,
+        "Stochastic rounding on/off, the generator restarted from the seed");
+  m.def("_stochastic_rounding", []() {
+    return py::make_tuple(stochastic_rounding_enabled(), stochastic_rounding_seed());
+  });
+  m.def("_set_auto_cast", [](int mode, int type) {
+    set_auto_cast(static_cast<AutoCast>(mode), static_cast<CastType>(type));
+  }, "neuronx-cc --auto-cast (0 none, 1 matmult, 2 all) and --auto-cast-type (0 bf16, 1 fp16, 2 tf32, 3 fp8_e4m3)");
+  m.def("_set_tensor_engine_ops", &set_tensor_engine_ops);
+  m.def("_unrounded_ops", &unrounded_ops);
+  m.def("_set_refused_dtypes", [](const py::list& refused) {
+    std::vector<std::pair<at::ScalarType, std::string>> parsed;
+    for (const auto& item : refused) {
+      auto pair = item.cast<py::tuple>();
+      parsed.emplace_back(scalar_type_of(pair[0]), pair[1].cast<std::string>());
+    }
+    set_refused_dtypes(parsed);
+  }, "[(dtype, message)]: FP8 formats the instance refuses");
+  m.def("_set_mx_support", &set_mx_support);
+  m.def("_round_stochastically", [](const at::Tensor& t, const py::handle& dtype) {
+    return wrap(round_stochastically(t, scalar_type_of(dtype)));
+  }, "A CPU floating tensor rounded stochastically to a narrow float dtype");
+  m.def("_round_in_float", [](const at::Tensor& t, int type, bool stochastic) {
+    return wrap(round_in_float(t, static_cast<CastType>(type), stochastic));
+  }, "A CPU floating tensor rounded to an auto-cast type's precision, in float32");
 }
 
 } // namespace

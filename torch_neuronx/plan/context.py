@@ -10,6 +10,7 @@ import functools
 
 import torch
 
+from ..numerics import fp8_linear
 from ..projection import Projector, defaults, link_for_ranks
 from ..projection import job as projection_job
 from ..runtime.profiles import get_profile
@@ -82,7 +83,8 @@ class PlanContext:
                         autocast=self.job.dtype != self.job.compute_dtype,
                         max_len=self.max_len if self.kind == "decoder" else 0,
                         heads=self.heads(tp), rank_parameters=self.parameters(tp, 1).layer_unsharded,
-                attention="sdpa" if self.job.fused_attention else "eager")
+                attention="sdpa" if self.job.fused_attention else "eager",
+                fp8=fp8_linear.formats(self.profile.family) if self.job.fp8_matmuls else None)
         return trace(self.config, work, self.projector(lnc))
 
     # --- shapes every part needs -------------------------------------------------------------

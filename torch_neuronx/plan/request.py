@@ -9,9 +9,11 @@ import torch
 
 from ..projection import job
 
-# precision → (parameter dtype, compute dtype): autocast keeps fp32 master weights and optimizer state
+# precision → (parameter dtype, compute dtype): autocast keeps fp32 master weights and optimizer state;
+# fp8 is bf16 with every nn.Linear's matmuls in FP8 (torchao's float8 recipe, numerics/fp8_linear.py)
 PRECISIONS = {"bf16": (torch.bfloat16, torch.bfloat16), "fp16": (torch.float16, torch.float16),
-              "fp32": (torch.float32, torch.float32), "autocast-bf16": (torch.float32, torch.bfloat16)}
+              "fp32": (torch.float32, torch.float32), "autocast-bf16": (torch.float32, torch.bfloat16),
+              "fp8": (torch.bfloat16, torch.bfloat16)}
 # how serving stores the weights; each is dequantized to --precision on chip before its matmul
 WEIGHT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.int8, "fp8": torch.float8_e4m3fn}
 SHARDS = ("fsdp", "zero1", "none")
@@ -44,6 +46,10 @@ class Job:
         NKI flash attention; serving without an attention kernel computes the masked scores of
         the static cache in full (matmul, softmax, matmul), which a fused kernel keeps on chip."""
         return self.attention == "fused" if self.attention else self.mode == "train"
+
+    @property
+    def fp8_matmuls(self) -> bool:
+        return self.precision == "fp8"
 
     @property
     def dtype(self) -> torch.dtype:

@@ -25,6 +25,7 @@ from collections import Counter
 
 import torch
 
+from ..numerics import fp8_linear
 from ..projection import ProjectionMode, Projector
 from .heads import HeadLayout
 from ..testing.decoding import cache_argument
@@ -49,6 +50,7 @@ class Workload:
     heads: HeadLayout | None = None  # the heads at this TP (padded / replicated); None: split evenly
     rank_parameters: int = 0  # one layer's parameters on one TP rank (sharding.py), to check the rank's model
     attention: str = "sdpa"  # "sdpa": one fused attention kernel; "eager": scores materialized (matmul, softmax, matmul)
+    fp8: tuple[torch.dtype, torch.dtype] | None = None  # nn.Linear's (forward, gradient) FP8 formats; None: no FP8
 
 
 @dataclasses.dataclass
@@ -220,6 +222,8 @@ def _run(config, cfg, work: Workload, projector: Projector) -> tuple[float, dict
     autocast = torch.autocast(DEVICE, dtype=torch.bfloat16) if work.autocast else contextlib.nullcontext()
     with _reentered_modules_tolerated(), FakeTensorMode(), torch.device(DEVICE):
         model = _built(config, cfg, work)
+        if work.fp8:
+            fp8_linear.with_fp8_matmuls(model, *work.fp8)
         ids = torch.zeros(work.batch, work.seq_len, dtype=torch.long)
         tracker = _activation_tracker()
         tracker.track_external(model)

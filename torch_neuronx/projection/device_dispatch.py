@@ -46,9 +46,11 @@ def _qualified(names) -> frozenset[str]:
 
 @functools.cache
 def _fallback_registrations() -> frozenset[str]:
-    """Ops registered for PrivateUse1 as kernels: the fast path, the bit-exact table and the
-    structured and foreach ops the fallback took at module init (``route_ops_to_fallback``)."""
-    return _qualified([*_C._fast_path_ops(), *_C._bit_exact_ops(), *_C._ops_routed_to_fallback()])
+    """Ops registered for PrivateUse1 as kernels: the fast path, the bit-exact table, the
+    structured and foreach ops the fallback took at module init (``route_ops_to_fallback``) and
+    the native kernels accounted as kernels (``_scaled_mm``)."""
+    return _qualified([*_C._fast_path_ops(), *_C._bit_exact_ops(), *_C._ops_routed_to_fallback(),
+                       *_C._accounted_native_ops()])
 
 
 @functools.cache

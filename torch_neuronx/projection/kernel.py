@@ -130,6 +130,12 @@ def flop_formula(fn):
     return flop_registry.get(packet) or _FLOP_ALIASES.get(getattr(packet, "__name__", ""))
 
 
+def tensor_engine_ops() -> frozenset[str]:
+    """Qualified names (``aten::mm``) of the ops TensorE runs: those with a FLOP formula."""
+    names = {getattr(p, "_qualified_op_name", "") for p in flop_registry}
+    return frozenset({n for n in names if n.startswith("aten::")} | {f"aten::{n}" for n in _FLOP_ALIASES})
+
+
 def engine_of(fn) -> str:
     """Which engine runs ``fn`` (see the module docstring); ``none`` for views/allocations."""
     if flop_formula(fn) is not None:
@@ -220,11 +226,27 @@ class KernelCost:
         return "compute" if self.compute_seconds >= self.memory_seconds else "memory"
 
 
+# Matmuls whose first two tensors are the operands, the rest scales: row-wise FP32 scales are
+# 2-D, yet the FP8 operands set TensorE's rate.
+SCALED_MATMUL_OPS = frozenset({"_scaled_mm", "_scaled_mm_v2", "_scaled_grouped_mm"})
+
+
+# The rate class FP32 operands run at under the compiler's --auto-cast (set by numerics/precision.py
+# from NEURON_CC_FLAGS): TensorE multiplies them in the auto-cast type. None: FP32, the default.
+_auto_cast_class: list[str | None] = [None]
+
+
+def set_auto_cast_class(dtype_class: str | None) -> None:
+    _auto_cast_class[0] = dtype_class
+
+
 def _tensor_rate(device: DeviceModel, inputs: list[torch.Tensor]) -> float:
     """TensorE peak for the operands (2-D and up; biases and scales don't set the rate):
-    the slowest dtype class among them."""
+    the slowest dtype class among them, FP32 counted as the auto-cast type when one is set."""
     operands = [t for t in inputs if t.dim() >= 2] or inputs
-    return min(device.tensor_flops[tensor_dtype_class(t.dtype)] for t in operands)
+    classes = [tensor_dtype_class(t.dtype) for t in operands]
+    return min(device.tensor_flops[_auto_cast_class[0] if c == "fp32" and _auto_cast_class[0] else c]
+               for c in classes)
 
 
 def _attention_scores(fn, inputs: list[torch.Tensor]) -> int:
@@ -302,7 +324,8 @@ def project_call(op: str, args: tuple, device: DeviceModel, cal: Calibration) ->
     except Exception:  # no meta kernel, or a data-dependent output shape: inputs only
         out, known = None, False
     engine, flops, elements, nbytes = work(fn, margs, mkwargs, out, known)
-    cost = roofline(op, engine, flops, elements, nbytes, inputs, device, cal, known)
+    rate_inputs = inputs[:2] if base_name(fn) in SCALED_MATMUL_OPS else inputs
+    cost = roofline(op, engine, flops, elements, nbytes, rate_inputs, device, cal, known)
     outputs = tensors_in(out)
     return dataclasses.replace(cost, first_shape=tuple(inputs[0].shape) if inputs else (),
                                largest_bytes=max((tensor_bytes(t) for t in inputs + outputs), default=0),

@@ -144,8 +144,13 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        "`TORCH_NEURONX_NEFF_CACHE_DIR` follows its own", "ours", "compile/cache.py",
        default_text="set by us"),
     # --- accounting and numerics ------------------------------------------
-    _S("NEURON_CC_FLAGS", "str", "", "compiler flags; part of every kernel signature", "product",
-       "accounting/signatures.py"),
+    _S("NEURON_CC_FLAGS", "str", "",
+       "compiler flags, appended to the built-in `--model-type transformer --auto-cast=none` of eager kernels "
+       "and compiled graphs; part of every kernel signature. Its precision flags are honoured: `--auto-cast "
+       "none|matmult|all`, `--auto-cast-type bf16|fp16|tf32|fp8_e4m3`, `--enable-` / "
+       "`--disable-mixed-precision-accumulation`, `--experimental-unsafe-fp8e4m3fn-as-fp8e4m3` "
+       "([fidelity](fidelity.md#the-chips-numbers))", "product",
+       "accounting/signatures.py, numerics/compiler_flags.py"),
     _S("NEURON_COMPILER_OPT_LEVEL", "str", "-O1", "compiler optimisation level; part of every kernel signature",
        "product", "accounting/signatures.py"),
     _S("TORCHNEURON_KERNEL_ACCOUNTING", "flag", True,
@@ -159,6 +164,13 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
     _S("TORCHNEURON_64BIT", "choice", "narrow",
        "`narrow`: int64 wraps as int32, float64 has float32 precision (warn once); `strict`: raise; "
        "`off`: keep 64-bit values", "ours", "numerics/narrowing.py", choices=("off", "narrow", "strict")),
+    _S("NEURON_RT_STOCHASTIC_ROUNDING_EN", "flag", False,
+       "`1`: every rounding of an FP32 value to bf16/fp16/fp8 on the device (casts, kernel results, "
+       "optimizer updates) is stochastic instead of to-nearest-even ([fidelity](fidelity.md#the-chips-numbers))",
+       "product", "numerics/rounding.py"),
+    _S("NEURON_RT_STOCHASTIC_ROUNDING_SEED", "int", 0,
+       "seed of the stochastic-rounding generator: the same seed and ops give the same values", "product",
+       "numerics/rounding.py", minimum=0),
     _S("TORCH_NEURONX_METRICS_DIR", "str", None, "write `metrics-<pid>.json` / `.csv` at exit", "product",
        "accounting/__init__.py"),
     _S("TORCH_NEURONX_LOG_LEVEL", "choice", "1", "`0` error … `3` debug, or a logging level name", "product",

@@ -5,7 +5,9 @@ import dataclasses
 
 import torch
 
+from ...html_report.figures import png
 from ...html_report.markup import badge, e, img, num, table
+from ...numerics import drift, precision
 from ..config import Tolerance
 from ..report import plots
 from ..report.schema import Check
@@ -17,9 +19,11 @@ TITLE = "Numerical behaviour vs CPU"
 class NumericsResult:
     # mode -> {"logits": {seq_len: error}, "per_layer_max_abs_error": [...] | None, "tolerance": {atol, rtol}}
     modes: dict[str, dict] = dataclasses.field(default_factory=dict)
+    # on neuron: {"settings": the chip's precision settings, "drift": [per precision vs FP32]}
+    precision: dict | None = None
 
     def to_data(self) -> dict:
-        return dict(self.modes)
+        return {**self.modes, **({"precision": self.precision} if self.precision is not None else {})}
 
 
 RESULT = NumericsResult  # made empty before the first mode: a step no mode reached says so
@@ -98,6 +102,17 @@ def run_mode(ctx, mode: str) -> None:
     with ctx.part(f" ({mode})"):
         ctx.add_checks(run(ctx.section.result, mode, ctx.reference, ctx.model, ctx.known.batches, ctx.device,
                            ctx.cfg.tolerance, hooks=ctx.cfg.hidden_states and mode == "eager"))
+    if mode == "eager" and ctx.device.type == "neuron":
+        with ctx.part(" (drift per precision)"):
+            ctx.section.result.precision = precision_drift(ctx.reference, ctx.known.batches)
+
+
+def precision_drift(reference, batches: dict) -> dict:
+    """The precision settings in force and the drift of the model's logits under the precisions a
+    Trainium job would use, against FP32 on the host (``numerics/drift.py``)."""
+    rows = drift.measure(reference, [torch.tensor(rows) for _, rows in sorted(batches.items())])
+    return {"settings": precision.summary(), "drift": [dataclasses.asdict(r) for r in rows],
+            "basis": "host measurement of emulated numerics"}
 
 
 def _worst(r: NumericsResult) -> float | None:
@@ -122,4 +137,14 @@ def html(data: dict) -> str:
             for mode, d in data.items() if isinstance(d, dict) and "logits" in d for length, err in d["logits"].items()]
     out = table(["mode", "seq len", "max abs error", "max rel error", "mean abs error", "tolerance"], rows) if rows else ""
     layers = data.get("eager", {}).get("per_layer_max_abs_error")
-    return out + img(plots.layer_errors(layers), "error per layer")
+    return out + img(plots.layer_errors(layers), "error per layer") + _precision_html(data.get("precision"))
+
+
+def _precision_html(prec: dict | None) -> str:
+    if not prec:
+        return ""
+    rows = [drift.Drift(**d) for d in prec["drift"]]
+    headers, body = drift.table(rows)
+    settings = table(["setting", "value"], [[e(k), e(v)] for k, v in precision.describe(prec["settings"])])
+    return (f"<h4>Drift per precision ({e(prec['basis'])})</h4>" + table(headers, [[e(c) for c in r] for r in body])
+            + img(png(drift.figure(rows)), "drift per precision") + settings)

@@ -40,6 +40,9 @@ const c10::Storage* CallState::earlier_alias_storage(const c10::TensorImpl& t) c
 
 c10::MaybeOwned<at::Tensor> CallState::alias(const at::Tensor& t, Access access) {
   note_device(t.device());
+  if (C10_UNLIKELY(dtype_refused(t.scalar_type()))) {
+    refused_ = t.scalar_type();
+  }
   // Another argument of this call views the same neuron memory (x[:2].add_(x[1:3]),
   // x.add_(x)): this alias shares its CPU storage, so the kernel's overlap
   // checks see what they would see on CPU. Rare; the first argument skips the search.
@@ -71,7 +74,10 @@ c10::MaybeOwned<at::Tensor> CallState::alias(const at::Tensor& t, Access access)
   return a;
 }
 
-void CallState::raise_mixed_devices(const c10::OperatorName& op) const {
+void CallState::raise_call_error(const c10::OperatorName& op) const {
+  if (refused_ != at::ScalarType::Undefined && !other_device_ && !(cpu_tensor_mixed_ && device_)) {
+    raise_refused_dtype(refused_, op.overload_name.empty() ? op.name : op.name + "." + op.overload_name);
+  }
   TORCH_CHECK(
       false,
       "Expected all tensors to be on the same device, but found at least two "
@@ -81,6 +87,7 @@ void CallState::raise_mixed_devices(const c10::OperatorName& op) const {
 }
 
 at::Tensor CallState::to_neuron(at::Tensor&& out) {
+  const size_t result_index = precision_ != nullptr ? results_mapped_++ : 0;
   if (!out.defined()) {
     return out;
   }
@@ -123,8 +130,12 @@ at::Tensor CallState::to_neuron(at::Tensor&& out) {
         out.sizes(), out.strides(), out.storage_offset());
     return view;
   }
+  if (C10_UNLIKELY(precision_ != nullptr)) {
+    out = precision_->finish_result(std::move(out), result_index);
+    storage = out.storage().unsafeGetStorageImpl();
+  }
   at::Tensor result;
-  if (out_storage.use_count() > 1) {
+  if (out.storage().use_count() > 1) {
     // Memory the kernel shares with something else: copy, never steal.
     c10::DeviceGuard guard(c10::Device(kNeuron, index));
     result = at::empty_strided(out.sizes(), out.strides(),

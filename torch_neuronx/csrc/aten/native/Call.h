@@ -12,6 +12,7 @@
 #pragma once
 
 #include "numerics/Narrowing.h"
+#include "numerics/Precision.h"
 #include "runtime/Alias.h"
 #include "runtime/Device.h"
 
@@ -66,10 +67,13 @@ class CallState {
   }
   // A non-neuron tensor argument: only 0-dim CPU tensors may be mixed in.
   void note_other(const at::Tensor& t);
-  // Raise PyTorch's usual mixed-device error, naming `op`, if devices were mixed.
+  // Raise PyTorch's usual mixed-device error, naming `op`, if devices were
+  // mixed, or the compiler's if an argument has an FP8 format the instance
+  // refuses (numerics/Precision.h).
   void check_devices(const c10::OperatorName& op) const {
-    if (C10_UNLIKELY(other_device_ || (cpu_tensor_mixed_ && device_))) {
-      raise_mixed_devices(op);
+    if (C10_UNLIKELY(other_device_ || (cpu_tensor_mixed_ && device_) ||
+                     refused_ != at::ScalarType::Undefined)) {
+      raise_call_error(op);
     }
   }
   std::optional<c10::DeviceIndex> device() const {
@@ -90,6 +94,11 @@ class CallState {
   // changing). The caller keeps the result alive until every result of the
   // call is mapped.
   at::Tensor to_neuron(at::Tensor&& out);
+  // The precision transforms of this call (the fallback's, when they are on):
+  // each fresh result is finished by them before it is adopted.
+  void set_precision(const PrecisionCall* precision) {
+    precision_ = precision;
+  }
 
  private:
   struct WrittenArg {
@@ -105,12 +114,15 @@ class CallState {
   const c10::Storage* earlier_alias_storage(const c10::TensorImpl& t) const;
   void sync_recorded_args();
   void restore_written_args();
-  [[noreturn]] C10_NOINLINE void raise_mixed_devices(const c10::OperatorName& op) const;
+  [[noreturn]] C10_NOINLINE void raise_call_error(const c10::OperatorName& op) const;
 
   bool aten_kernel_;
   std::optional<c10::DeviceIndex> device_;
   std::optional<c10::Device> other_device_; // first conflicting device seen
   bool cpu_tensor_mixed_ = false;
+  at::ScalarType refused_ = at::ScalarType::Undefined; // an argument's refused FP8 format
+  const PrecisionCall* precision_ = nullptr;
+  size_t results_mapped_ = 0;
   // Inline storage: most ops have a handful of tensor arguments, and the hot
   // path should not touch the heap for bookkeeping.
   c10::SmallVector<std::pair<c10::TensorImpl*, c10::TensorImpl*>, 4> by_tensor_;

@@ -13,7 +13,8 @@
 // One call, in named steps: check_implemented, alias_arguments (aliasing,
 // device notes, generator argument), check_devices, account_kernel, run
 // (the CPU kernel, or a random op drawn from the neuron generator), then
-// sync_written_args and map_results.
+// sync_written_args and map_results; with the precision transforms on, a
+// PrecisionCall swaps and rounds around the kernel.
 #include "aten/native/CpuFallback.h"
 
 #include "aten/native/Call.h"
@@ -216,12 +217,29 @@ void map_results(FallbackCall& call) {
 void neuron_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   check_implemented(op, *stack);
   FallbackCall call(op, *stack);
+  // The chip's rounding and auto-cast (numerics/Precision.h): decided on the
+  // neuron arguments, applied to their aliases after the kernel is accounted.
+  std::optional<PrecisionCall> precision;
+  if (C10_UNLIKELY(precision_transforms_active())) {
+    precision.emplace(op, *stack, call.begin);
+    if (precision->active()) {
+      call.state.set_precision(&*precision);
+    } else {
+      precision.reset();
+    }
+  }
   alias_arguments(call);
   call.state.check_devices(op.schema().operator_name());
   if (accounting_enabled()) {
     account_kernel(op, *stack);
   }
+  if (precision) {
+    precision->before_run(*stack);
+  }
   run(call);
+  if (precision) {
+    precision->after_run(*stack, op.schema().returns().size());
+  }
   call.state.sync_written_args();
   map_results(call);
 }

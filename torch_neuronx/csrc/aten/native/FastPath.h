@@ -15,6 +15,7 @@
 // aten/FastPathRoutes.cpp.
 #pragma once
 #include "aten/native/Call.h"
+#include "aten/native/CpuFallback.h"
 #include "accounting/Accounting.h"
 #include "runtime/HostPool.h"
 
@@ -335,7 +336,18 @@ struct FastKernel<Op, Ret(Args...)> {
   }
 
   static Ret call(Args... args) {
+    if (C10_UNLIKELY(precision_transforms_active())) {
+      return call_boxed(args...);
+    }
     return call_mapped(std::index_sequence_for<Args...>{}, args...);
+  }
+
+  // With stochastic rounding or an auto-cast on, the call takes the boxed
+  // fallback, where the precision transforms are (numerics/Precision.h).
+  C10_NOINLINE static Ret call_boxed(Args... args) {
+    static const c10::BoxedKernel kernel = c10::BoxedKernel::makeFromFunction<&neuron_fallback>();
+    return c10::impl::BoxedKernelWrapper<Ret(Args...)>::call(
+        kernel, handle(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), args...);
   }
 
   template <size_t... I>

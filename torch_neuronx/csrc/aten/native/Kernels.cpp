@@ -8,6 +8,7 @@
 #include "aten/native/FastPath.h"
 #include "aten/native/Native.h"
 #include "numerics/Narrowing.h"
+#include "numerics/Precision.h"
 #include "runtime/Alias.h"
 #include "runtime/Allocator.h"
 #include "runtime/Device.h"
@@ -180,9 +181,24 @@ at::Tensor& set_empty(at::Tensor& self) {
 
 // Copies between host and device and between cores: plain memory copies on
 // aliases (the real product's DMA), with conj/neg bits kept on the alias.
+// A dtype change between two neuron tensors is a cast kernel on the device
+// (TR python_ops/copy.py, Case C; host-side copies convert on the host): it
+// fails for an FP8 format the instance refuses, and rounds stochastically
+// when that is on (numerics/Precision.h).
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  const bool device_cast = self.device().type() == kNeuron && dst.device().type() == kNeuron &&
+      self.scalar_type() != dst.scalar_type();
+  if (C10_UNLIKELY(device_cast && (dtype_refused(self.scalar_type()) || dtype_refused(dst.scalar_type())))) {
+    raise_refused_dtype(dtype_refused(dst.scalar_type()) ? dst.scalar_type() : self.scalar_type(),
+                        "aten::_to_copy");
+  }
   LentCpuAlias dst_alias(dst);
   LentCpuAlias self_alias(self);
+  if (C10_UNLIKELY(device_cast && stochastic_rounding_enabled() && self.is_floating_point() &&
+                   is_narrow_float(dst.scalar_type()))) {
+    (*dst_alias).copy_(round_stochastically(*self_alias, dst.scalar_type()));
+    return dst;
+  }
   const auto type = dst.scalar_type();
   if (dst.device().type() == kNeuron && narrowing_mode() == 2 &&
       (type == at::kLong || type == at::kDouble)) {

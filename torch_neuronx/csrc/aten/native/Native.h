@@ -1,6 +1,7 @@
 // The neuron kernels of ATen ops, registered by the route tables in aten/:
 // NativeRoutes.cpp (memory, views, copies), MemoryFormatRoutes.cpp (layout
-// checks), AttentionRoutes.cpp (SDPA backend choice).
+// checks), AttentionRoutes.cpp (SDPA backend choice), ScaledMatmulRoutes.cpp
+// (FP8 matmuls).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -75,6 +76,18 @@ at::Tensor empty_like(
     const at::Tensor& self, std::optional<c10::ScalarType> dtype,
     std::optional<c10::Layout> layout, std::optional<c10::Device> device,
     std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> format);
+
+// ---- FP8 matrix multiplication (ScaledMatmul.cpp) --------------------------
+at::Tensor scaled_mm(
+    const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& scale_a,
+    const at::Tensor& scale_b, const std::optional<at::Tensor>& bias,
+    const std::optional<at::Tensor>& scale_result, std::optional<at::ScalarType> out_dtype,
+    bool use_fast_accum);
+at::Tensor scaled_mm_v2(
+    const at::Tensor& self, const at::Tensor& mat2, at::TensorList scale_a,
+    at::IntArrayRef recipe_a, at::IntArrayRef swizzle_a, at::TensorList scale_b,
+    at::IntArrayRef recipe_b, at::IntArrayRef swizzle_b, const std::optional<at::Tensor>& bias,
+    std::optional<at::ScalarType> out_dtype, at::IntArrayRef contraction_dim, bool use_fast_accum);
 
 // ---- attention (Attention.cpp) ---------------------------------------------
 // TORCH_NEURONX_ENABLE_NKI_SDPA: SDPA runs as one fused flash kernel when the
