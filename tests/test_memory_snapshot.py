@@ -169,3 +169,28 @@ def test_unwritable_snapshot_path_is_a_clear_error_and_harms_nothing(history, tm
     assert any(e["action"] == "alloc" for e in torch.neuron.memory._snapshot()["device_traces"][2])
     assert list(tmp_path.iterdir()) == [blocker]
     del kept
+
+
+def test_memory_timeline_replays_the_events_to_the_figures_the_allocator_reports():
+    """The offline figure's series (html_report/memory_figure.py) ends at the core's current
+    figures and, replayed backwards from them, starts at the figures before the recording,
+    however few events the history kept."""
+    from torch_neuronx.html_report.figures import png
+    from torch_neuronx.html_report.memory_figure import memory_series, memory_timeline
+
+    before = (torch.neuron.memory_allocated(2), torch.neuron.memory_reserved(2))
+    torch.neuron.memory._record_memory_history(stacks="python", max_entries=4)
+    try:
+        kept = [torch.empty(n * MiB, dtype=torch.uint8, device="neuron:2") for n in (1, 30, 2)]
+        del kept[1]
+        snapshot = torch.neuron.memory._snapshot()
+    finally:
+        torch.neuron.memory._record_memory_history(None)
+    _, allocated, reserved = memory_series(snapshot, 2)
+    assert (allocated[-1], reserved[-1]) == (torch.neuron.memory_allocated(2), torch.neuron.memory_reserved(2))
+    # the newest four events: alloc 2 MiB, free_requested and free_completed 30 MiB, snapshot
+    assert allocated == [allocated[-1] + 30 * MiB - 2 * MiB, allocated[-1] + 30 * MiB,
+                         allocated[-1] + 30 * MiB, allocated[-1], allocated[-1]]
+    assert all(r >= a for a, r in zip(allocated, reserved)) and reserved[0] >= before[1]
+    assert len(png(memory_timeline(snapshot, 2, "neuron:2", capacity=64 * MiB))) > 1000
+    del kept

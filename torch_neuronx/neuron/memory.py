@@ -127,7 +127,7 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
     free, total = mem_get_info(dev)
 
     def mib(n: int) -> str:
-        return f"{n / 2**20:12.1f} MiB"
+        return f"{n / 2**20:11.1f} MiB"
 
     byte_rows = [
         ("Allocated memory", "allocated_bytes"),
