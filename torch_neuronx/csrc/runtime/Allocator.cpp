@@ -99,24 +99,31 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     if (bytes == 0) {
       return nullptr;
     }
-    Context context = gather_context(RecordContext::STATE);
+    Context context;
+    if (C10_UNLIKELY(history_on())) {
+      context = gather_context(RecordContext::STATE);
+    }
     CorePools& core = core_pools(index);
     const int64_t capacity = capacity_[index].load(std::memory_order_relaxed);
-    std::unique_lock<std::mutex> lock(core.mutex());
-    Block* block = core.allocate(bytes, capacity, std::move(context));
-    if (C10_UNLIKELY(block == nullptr)) {
-      out_of_memory(core, index, bytes, capacity, lock);
+    {
+      std::lock_guard<CoreLock> lock(core.mutex());
+      if (Block* block = core.allocate(bytes, capacity, std::move(context))) {
+        return block;
+      }
     }
-    return block;
+    out_of_memory(core, index, bytes, capacity);
   }
 
   static void uncharge(c10::DeviceIndex index, Block* block) {
     if (block == nullptr) {
       return;
     }
-    Context context = gather_context(RecordContext::ALL);
+    Context context;
+    if (C10_UNLIKELY(history_on())) {
+      context = gather_context(RecordContext::ALL);
+    }
     CorePools& core = core_pools(index);
-    std::lock_guard<std::mutex> lock(core.mutex());
+    std::lock_guard<CoreLock> lock(core.mutex());
     core.free(block, std::move(context));
   }
 
@@ -167,7 +174,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   // Every core's unused segments, and the host memory kept for reuse.
   void emptyCache(c10::MempoolId_t) override {
     for (CorePools* core : existing_core_pools()) {
-      std::lock_guard<std::mutex> lock(core->mutex());
+      std::lock_guard<CoreLock> lock(core->mutex());
       core->release_unused_segments();
     }
     empty_host_pool();
@@ -178,21 +185,21 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   DeviceStats getDeviceStats(c10::DeviceIndex index) override {
     check_device_index(index);
     CorePools& core = core_pools(index);
-    std::lock_guard<std::mutex> lock(core.mutex());
+    std::lock_guard<CoreLock> lock(core.mutex());
     return core.stats();
   }
 
   void resetAccumulatedStats(c10::DeviceIndex index) override {
     check_device_index(index);
     CorePools& core = core_pools(index);
-    std::lock_guard<std::mutex> lock(core.mutex());
+    std::lock_guard<CoreLock> lock(core.mutex());
     core.reset_accumulated();
   }
 
   void resetPeakStats(c10::DeviceIndex index) override {
     check_device_index(index);
     CorePools& core = core_pools(index);
-    std::lock_guard<std::mutex> lock(core.mutex());
+    std::lock_guard<CoreLock> lock(core.mutex());
     core.reset_peaks();
   }
 
@@ -200,7 +207,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex index) override {
     const int64_t total = capacity(index);
     CorePools& core = core_pools(index);
-    std::lock_guard<std::mutex> lock(core.mutex());
+    std::lock_guard<CoreLock> lock(core.mutex());
     return {static_cast<size_t>(std::max<int64_t>(total - core.reserved_bytes(), 0)),
             static_cast<size_t>(total)};
   }
@@ -213,14 +220,18 @@ class NeuronAllocator final : public c10::DeviceAllocator {
  private:
   // Out of line: the message's code kept every charge's path from being lean.
   [[noreturn]] C10_NOINLINE static void out_of_memory(
-      CorePools& core, c10::DeviceIndex index, size_t bytes, int64_t capacity,
-      std::unique_lock<std::mutex>& lock) {
-    core.count_oom();
-    const int64_t reserved = core.reserved_bytes();
-    const int64_t allocated = core.allocated_bytes();
-    const int64_t free = std::max<int64_t>(capacity - reserved, 0);
-    core.trace().record(TraceAction::kOom, static_cast<uint64_t>(free), bytes);
-    lock.unlock();
+      CorePools& core, c10::DeviceIndex index, size_t bytes, int64_t capacity) {
+    int64_t reserved = 0;
+    int64_t allocated = 0;
+    int64_t free = 0;
+    {
+      std::lock_guard<CoreLock> lock(core.mutex());
+      core.count_oom();
+      reserved = core.reserved_bytes();
+      allocated = core.allocated_bytes();
+      free = std::max<int64_t>(capacity - reserved, 0);
+      core.trace().record(TraceAction::kOom, static_cast<uint64_t>(free), bytes);
+    }
     TORCH_CHECK_WITH(
         OutOfMemoryError, false,
         "Neuron out of memory on neuron:", static_cast<int>(index),

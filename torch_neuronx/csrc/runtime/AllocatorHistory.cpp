@@ -17,6 +17,9 @@
 #include <mutex>
 
 namespace torch_neuronx {
+
+std::atomic<bool> g_history_on{false};
+
 namespace {
 
 std::atomic<bool> g_traced{false};
@@ -64,17 +67,19 @@ void set_memory_history(bool trace, RecordContext context, bool cpp, size_t max_
                         bool clear) {
   // A ring never holds more than the limit: a new limit starts afresh.
   const bool restart = clear || !trace || max_entries != g_max_entries.load();
+  g_history_on.store(false, std::memory_order_relaxed);
   g_traced.store(false, std::memory_order_relaxed);
   g_context.store(static_cast<int>(context), std::memory_order_relaxed);
   g_cpp_frames.store(cpp, std::memory_order_relaxed);
   for (CorePools* core : existing_core_pools()) {
-    std::lock_guard<std::mutex> lock(core->mutex());
+    std::lock_guard<CoreLock> lock(core->mutex());
     if (restart) {
       core->trace().clear();
     }
   }
   g_max_entries.store(max_entries, std::memory_order_relaxed);
   g_traced.store(trace, std::memory_order_relaxed);
+  g_history_on.store(trace || context != RecordContext::NEVER, std::memory_order_relaxed);
 }
 
 bool history_keeps(RecordContext need) {

@@ -7,6 +7,7 @@
 
 #include <c10/core/CachingDeviceAllocator.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -49,6 +50,13 @@ class TraceLog {
   std::vector<TraceRecord> ring_;
   size_t next_ = 0; // where the next record goes once the ring is full
 };
+
+// Whether the history keeps anything (events or stacks): the allocator's one
+// check per allocation and free while it is off.
+extern std::atomic<bool> g_history_on;
+inline bool history_on() {
+  return g_history_on.load(std::memory_order_relaxed);
+}
 
 // _record_memory_history's arguments: `trace` keeps the events ("all"),
 // `context` which stacks to keep, `cpp` whether stacks include C++ frames.

@@ -22,7 +22,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <atomic>
+#include <mutex>
 
 namespace torch_neuronx {
 namespace {
@@ -39,7 +41,7 @@ constexpr uint64_t kSegmentAlignment = uint64_t{2} << 20;
 // The bin of a free block: sizes below 1 KiB by 256 bytes, then four per
 // doubling. A rounded request (AllocatorSizes.h) is the lower bound of its
 // bin, so every block in it is large enough.
-int bin_of(size_t size) {
+constexpr int bin_of(size_t size) {
   if (size < 1024) {
     return static_cast<int>(size / kMinBlockBytes);
   }
@@ -47,12 +49,12 @@ int bin_of(size_t size) {
   return 4 + (k - 10) * 4 + static_cast<int>((size >> (k - 2)) & 3);
 }
 
-void add(StatArray& stat, bool small, size_t amount) {
+C10_ALWAYS_INLINE void add(StatArray& stat, bool small, size_t amount) {
   stat[static_cast<size_t>(StatType::AGGREGATE)].increase(amount);
   stat[static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL)].increase(amount);
 }
 
-void sub(StatArray& stat, bool small, size_t amount) {
+C10_ALWAYS_INLINE void sub(StatArray& stat, bool small, size_t amount) {
   stat[static_cast<size_t>(StatType::AGGREGATE)].decrease(amount);
   stat[static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL)].decrease(amount);
 }
@@ -169,41 +171,65 @@ CorePools::CorePools(int index)
     : index_(index),
       addresses_(static_cast<uint64_t>(index + 1) << kAddressBits, uint64_t{1} << kAddressBits) {}
 
-Block* CorePools::allocate(size_t requested, int64_t capacity, Context context) {
+Block* CorePools::allocate(size_t requested, int64_t capacity, Context&& context) {
   const bool small = is_small_request(requested);
   const size_t bytes = block_bytes(requested);
-  Block* block = (small ? small_bins_ : large_bins_).find(bytes);
-  if (block != nullptr) {
-    uncache(block);
-  } else {
-    block = open_segment(requested, capacity);
+  Block* block = small ? take_quick(bytes) : nullptr;
+  if (block == nullptr) {
+    block = take_free(small, bytes, requested, capacity);
     if (block == nullptr) {
       return nullptr;
     }
+    block = split(block, bytes);
   }
-  block = split(block, bytes);
   block->allocated = true;
   block->requested = requested;
   add(stats_.allocation, small, 1);
   add(stats_.allocated_bytes, small, block->size);
   add(stats_.requested_bytes, small, requested);
-  trace_.record(TraceAction::kAlloc, block->address, block->size,
-                history_keeps(RecordContext::ALLOC) ? context : nullptr);
-  block->context = std::move(context);
+  if (C10_UNLIKELY(history_on())) {
+    trace_.record(TraceAction::kAlloc, block->address, block->size,
+                  history_keeps(RecordContext::ALLOC) ? context : nullptr);
+    block->context = std::move(context);
+  }
   return block;
 }
 
-void CorePools::free(Block* block, Context context) {
+// A cached block of at least `bytes` out of its bin, or a new segment.
+Block* CorePools::take_free(bool small, size_t bytes, size_t requested, int64_t capacity) {
+  FreeBins& bins = small ? small_bins_ : large_bins_;
+  Block* block = bins.find(bytes);
+  if (block == nullptr && small && quick_blocks_ > 0) {
+    merge_quick(); // the room they hold, merged, may fit
+    block = bins.find(bytes);
+  }
+  if (block == nullptr) {
+    return open_segment(requested, capacity);
+  }
+  uncache(block);
+  return block;
+}
+
+void CorePools::free(Block* block, Context&& context) {
   sub(stats_.allocation, block->small, 1);
   sub(stats_.allocated_bytes, block->small, block->size);
   sub(stats_.requested_bytes, block->small, block->requested);
-  trace_.record(TraceAction::kFreeRequested, block->address, block->size, context);
-  trace_.record(TraceAction::kFreeCompleted, block->address, block->size, std::move(context));
+  if (C10_UNLIKELY(history_on() || block->context != nullptr)) {
+    trace_.record(TraceAction::kFreeRequested, block->address, block->size, context);
+    trace_.record(TraceAction::kFreeCompleted, block->address, block->size, std::move(context));
+    block->context.reset();
+  }
   block->allocated = false;
   block->requested = 0;
-  block->context.reset();
-  // Merge into the lower block, so a segment's first block lives as long as it.
-  if (Block* prev = block->prev; prev != nullptr && !prev->allocated) {
+  if (!block->small || !keep_quick(block)) {
+    merge_and_cache(block);
+  }
+}
+
+// A free block merged with its free neighbours (into the lower one, so a
+// segment's first block lives as long as the segment), then binned.
+void CorePools::merge_and_cache(Block* block) {
+  if (Block* prev = block->prev; prev != nullptr && !prev->allocated && !prev->quick) {
     uncache(prev);
     prev->size += block->size;
     prev->next = block->next;
@@ -213,7 +239,7 @@ void CorePools::free(Block* block, Context context) {
     recycle(block);
     block = prev;
   }
-  if (Block* next = block->next; next != nullptr && !next->allocated) {
+  if (Block* next = block->next; next != nullptr && !next->allocated && !next->quick) {
     uncache(next);
     block->size += next->size;
     block->next = next->next;
@@ -225,7 +251,66 @@ void CorePools::free(Block* block, Context context) {
   cache(block);
 }
 
+// ---- quick lists: the small pool's freed blocks, kept whole ------------------
+//
+// A training step or a decode loop frees and asks for the same small sizes
+// over and over; keeping a freed block whole for the next request of its
+// class skips a split, a merge and two bin updates per op result. A quick
+// block is free space inside a used segment (inactive split, as in PyTorch's
+// statistics; a small block is never a whole segment): counted in the
+// current figures when they are read, not in the inactive-split peaks and
+// totals, which would cost four statistics per op result. The lists are merged
+// into the bins when a request finds no block there, before a segment is
+// opened, and before unused segments are released, so they never make the
+// core reserve more.
+
+Block* CorePools::take_quick(size_t bytes) {
+  static_assert(bin_of(kSmallRequestLimit) < kQuickClasses);
+  QuickList& list = quick_[bin_of(bytes)];
+  Block* block = list.head;
+  if (block == nullptr) {
+    return nullptr;
+  }
+  list.head = block->bin_next;
+  --list.count;
+  --quick_blocks_;
+  quick_bytes_ -= block->size;
+  block->bin_next = nullptr;
+  block->quick = false;
+  return block;
+}
+
+bool CorePools::keep_quick(Block* block) {
+  QuickList& list = quick_[bin_of(block->size)];
+  if (list.count == kQuickDepth) {
+    return false;
+  }
+  block->quick = true;
+  block->bin_next = list.head;
+  list.head = block;
+  ++list.count;
+  ++quick_blocks_;
+  quick_bytes_ += block->size;
+  return true;
+}
+
+void CorePools::merge_quick() {
+  for (QuickList& list : quick_) {
+    while (list.head != nullptr) {
+      Block* block = list.head;
+      list.head = block->bin_next;
+      block->bin_next = nullptr;
+      block->quick = false;
+      merge_and_cache(block);
+    }
+    list.count = 0;
+  }
+  quick_blocks_ = 0;
+  quick_bytes_ = 0;
+}
+
 int CorePools::release_unused_segments() {
+  merge_quick();
   int released = 0;
   for (auto it = segments_.begin(); it != segments_.end();) {
     Block* head = (it++)->second.head; // close_segment erases the entry
@@ -327,6 +412,14 @@ void CorePools::recycle(Block* block) {
 
 CorePools::DeviceStats CorePools::stats() const {
   DeviceStats s = stats_;
+  for (const auto type : {StatType::AGGREGATE, StatType::SMALL_POOL}) {
+    auto& blocks = s.inactive_split[static_cast<size_t>(type)];
+    auto& bytes = s.inactive_split_bytes[static_cast<size_t>(type)];
+    blocks.current += quick_blocks_;
+    bytes.current += quick_bytes_;
+    blocks.peak = std::max(blocks.peak, blocks.current);
+    bytes.peak = std::max(bytes.peak, bytes.current);
+  }
   // Nothing waits on another stream here: every allocated block is active.
   s.active = s.allocation;
   s.active_bytes = s.allocated_bytes;
@@ -344,7 +437,7 @@ void CorePools::reset_accumulated() {
 }
 
 void CorePools::after_fork() {
-  recreate_lock(mutex_);
+  lock_.reset();
   reset_peaks();
   reset_accumulated();
 }
@@ -365,9 +458,10 @@ std::vector<SegmentView> CorePools::segments() const {
 
 // ---- the cores --------------------------------------------------------------
 
+std::array<std::atomic<CorePools*>, kMaxCores> g_core_pools{};
+
 namespace {
 
-std::array<std::atomic<CorePools*>, kMaxCores> g_cores{};
 std::mutex g_cores_mutex; // only to make a core's pools
 
 void cores_after_fork() {
@@ -381,23 +475,19 @@ const bool g_pools_fork_handler = on_fork_child(&cores_after_fork);
 
 } // namespace
 
-CorePools& core_pools(int index) {
-  CorePools* core = g_cores[index].load(std::memory_order_acquire);
-  if (C10_LIKELY(core != nullptr)) {
-    return *core;
-  }
+CorePools& make_core_pools(int index) {
   std::lock_guard<std::mutex> lock(g_cores_mutex);
-  core = g_cores[index].load(std::memory_order_relaxed);
+  CorePools* core = g_core_pools[index].load(std::memory_order_relaxed);
   if (core == nullptr) {
     core = new CorePools(index);
-    g_cores[index].store(core, std::memory_order_release);
+    g_core_pools[index].store(core, std::memory_order_release);
   }
   return *core;
 }
 
 std::vector<CorePools*> existing_core_pools() {
   std::vector<CorePools*> cores;
-  for (auto& slot : g_cores) {
+  for (auto& slot : g_core_pools) {
     if (CorePools* core = slot.load(std::memory_order_acquire)) {
       cores.push_back(core);
     }

@@ -12,9 +12,10 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
+#include <thread>
 #include <vector>
 
 namespace torch_neuronx {
@@ -24,6 +25,36 @@ constexpr int kMaxCores = 128;
 // The most HBM bytes one core can have.
 constexpr int64_t kMaxCoreBytes = (int64_t{1} << 40) - 1;
 
+// A core's lock. Every op result takes it twice (allocation and free) for a
+// few dozen instructions of work, so it is a spin lock: one atomic exchange to
+// take, one store to give back, where a mutex costs two library calls; a
+// waiter yields its CPU after a few tries (the holder may be descheduled).
+class CoreLock {
+ public:
+  void lock() {
+    while (C10_UNLIKELY(taken_.exchange(true, std::memory_order_acquire))) {
+      wait();
+    }
+  }
+  void unlock() {
+    taken_.store(false, std::memory_order_release);
+  }
+  // In a forked child: the thread that held it does not exist there.
+  void reset() {
+    taken_.store(false, std::memory_order_relaxed);
+  }
+
+ private:
+  C10_NOINLINE void wait() {
+    for (int tries = 0; taken_.load(std::memory_order_relaxed); ++tries) {
+      if (tries >= 64) {
+        std::this_thread::yield();
+      }
+    }
+  }
+  std::atomic<bool> taken_{false};
+};
+
 // A part of a segment: given to one tensor, or free (cached for reuse).
 struct Block {
   uint64_t address = 0;
@@ -31,6 +62,7 @@ struct Block {
   size_t requested = 0; // the bytes asked for, while allocated
   bool allocated = false;
   bool small = false; // pool
+  bool quick = false; // free in a quick list: not merged with its neighbours yet
   Block* prev = nullptr; // neighbours in the segment, by address
   Block* next = nullptr;
   Block* bin_prev = nullptr; // the free list of its size, while free
@@ -84,8 +116,8 @@ class CorePools {
   int index() const {
     return index_;
   }
-  std::mutex& mutex() {
-    return mutex_;
+  CoreLock& mutex() {
+    return lock_;
   }
 
   // The rest is used under mutex().
@@ -93,8 +125,8 @@ class CorePools {
   // A block for `requested` bytes (> 0), opening a segment within `capacity`
   // reserved bytes if no cached block holds it (after releasing the unused
   // segments once); null if it cannot fit.
-  Block* allocate(size_t requested, int64_t capacity, Context context);
-  void free(Block* block, Context context);
+  Block* allocate(size_t requested, int64_t capacity, Context&& context);
+  void free(Block* block, Context&& context);
   // Returns every segment no tensor uses to the core's HBM; their count.
   int release_unused_segments();
   int64_t reserved_bytes() const {
@@ -122,6 +154,20 @@ class CorePools {
     size_t size;
   };
 
+  // Freed small blocks kept whole, per size class (kQuickDepth each, most
+  // recently freed first), for the next request of their class.
+  struct QuickList {
+    Block* head = nullptr;
+    int count = 0;
+  };
+  static constexpr int kQuickClasses = 48; // the bins of small-pool blocks
+  static constexpr int kQuickDepth = 16;
+
+  Block* take_quick(size_t bytes);
+  bool keep_quick(Block* block);
+  void merge_quick();
+  Block* take_free(bool small, size_t bytes, size_t requested, int64_t capacity);
+  void merge_and_cache(Block* block);
   Block* open_segment(size_t requested, int64_t capacity);
   void close_segment(Block* head);
   Block* split(Block* block, size_t bytes);
@@ -131,9 +177,12 @@ class CorePools {
   void recycle(Block* block);
 
   const int index_;
-  std::mutex mutex_;
+  CoreLock lock_;
   FreeBins small_bins_;
   FreeBins large_bins_;
+  std::array<QuickList, kQuickClasses> quick_{};
+  int64_t quick_blocks_ = 0;
+  int64_t quick_bytes_ = 0;
   std::map<uint64_t, Segment> segments_;
   AddressRanges addresses_;
   std::vector<Block*> spare_blocks_;
@@ -141,8 +190,15 @@ class CorePools {
   TraceLog trace_;
 };
 
-// The pools of core `index` (< kMaxCores), made on first use, never freed.
-CorePools& core_pools(int index);
+// Every core's pools, made on first use (make_core_pools), never freed.
+extern std::array<std::atomic<CorePools*>, kMaxCores> g_core_pools;
+CorePools& make_core_pools(int index);
+
+// The pools of core `index` (< kMaxCores): on every allocation and free.
+inline CorePools& core_pools(int index) {
+  CorePools* core = g_core_pools[index].load(std::memory_order_acquire);
+  return C10_LIKELY(core != nullptr) ? *core : make_core_pools(index);
+}
 // Every core's pools made so far (snapshots and the history visit these).
 std::vector<CorePools*> existing_core_pools();
 

@@ -43,7 +43,7 @@ constexpr size_t block_bytes(size_t bytes) {
   const int k = 63 - __builtin_clzll(bytes - 1); // 2^k < bytes <= 2^(k+1)
   const size_t quarter = size_t{1} << (k - 2);
   const size_t step = quarter > kMinBlockBytes ? quarter : kMinBlockBytes;
-  return (bytes + step - 1) / step * step;
+  return (bytes + step - 1) & ~(step - 1); // step is a power of two
 }
 
 // The bytes of the segment that a request of `bytes` opens when no cached

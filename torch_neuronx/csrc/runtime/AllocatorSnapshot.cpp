@@ -142,7 +142,7 @@ py::dict memory_snapshot() {
   {
     py::gil_scoped_release no_gil; // a core's lock may be held by a thread waiting for the GIL
     for (CorePools* core : existing_core_pools()) {
-      std::lock_guard<std::mutex> lock(core->mutex());
+      std::lock_guard<CoreLock> lock(core->mutex());
       core->trace().record(TraceAction::kSnapshot, 0, 0);
       copies.push_back({core->index(), core->segments(), core->trace().records()});
     }
