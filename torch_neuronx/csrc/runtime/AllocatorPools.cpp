@@ -229,26 +229,29 @@ void CorePools::free(Block* block, Context&& context) {
 // A free block merged with its free neighbours (into the lower one, so a
 // segment's first block lives as long as the segment), then binned.
 void CorePools::merge_and_cache(Block* block) {
-  if (Block* prev = block->prev; prev != nullptr && !prev->allocated && !prev->quick) {
+  const auto mergeable = [](const Block* b) { return b != nullptr && !b->allocated && !b->quick; };
+  if (mergeable(block->prev)) {
+    Block* prev = block->prev;
     uncache(prev);
-    prev->size += block->size;
-    prev->next = block->next;
-    if (block->next != nullptr) {
-      block->next->prev = prev;
-    }
-    recycle(block);
+    absorb(prev, block);
     block = prev;
   }
-  if (Block* next = block->next; next != nullptr && !next->allocated && !next->quick) {
+  if (mergeable(block->next)) {
+    Block* next = block->next;
     uncache(next);
-    block->size += next->size;
-    block->next = next->next;
-    if (next->next != nullptr) {
-      next->next->prev = block;
-    }
-    recycle(next);
+    absorb(block, next);
   }
   cache(block);
+}
+
+// `upper`, the block after `lower`, becomes part of it.
+void CorePools::absorb(Block* lower, Block* upper) {
+  lower->size += upper->size;
+  lower->next = upper->next;
+  if (upper->next != nullptr) {
+    upper->next->prev = lower;
+  }
+  recycle(upper);
 }
 
 // ---- quick lists: the small pool's freed blocks, kept whole ------------------

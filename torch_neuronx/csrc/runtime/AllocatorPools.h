@@ -168,6 +168,7 @@ class CorePools {
   void merge_quick();
   Block* take_free(bool small, size_t bytes, size_t requested, int64_t capacity);
   void merge_and_cache(Block* block);
+  void absorb(Block* lower, Block* upper);
   Block* open_segment(size_t requested, int64_t capacity);
   void close_segment(Block* head);
   Block* split(Block* block, size_t bytes);
