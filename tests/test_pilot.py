@@ -85,8 +85,12 @@ def test_pilot_on_neuron_passes_and_matches_cpu(neuron_report):
     assert cost["projected"]["generation"]["eager"]["error_band"] == projected["error_band"]
     assert perf["projected_training"]["cost"]["error_band"]["relative"] is None
     assert "(no band)" in steps["performance"]["summary"]
+    # the profiled steady step: its device time is the accounting's projection of it (a check)
+    profiled = steps["profile"]["data"]
+    assert profiled["timeline"]["device_seconds"] > 0 and profiled["memory"]["peak_allocated_bytes"] > 0
+    assert (out / profiled["trace"]).is_file()
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") >= 4 and "http" not in html.split("<body>")[0]
+    assert html.count("data:image/png;base64,") >= 7 and "http" not in html.split("<body>")[0]
 
 
 @pytest.mark.slow

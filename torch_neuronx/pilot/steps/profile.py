@@ -41,7 +41,8 @@ class ProfileResult:
     error_band: dict | None = None
     memory: dict | None = None  # one core's bytes over the step (emulated count)
     trace: str | None = None  # the step's Chrome trace, in --out
-    pictures: dict = dataclasses.field(default_factory=dict)  # "timeline", "memory": base64 PNG
+    busiest_window_ms: tuple | None = None  # the zoomed timeline's stretch, ms from the profile's start
+    pictures: dict = dataclasses.field(default_factory=dict)  # "timeline", "busiest", "memory": base64 PNG
 
     def to_data(self) -> dict:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
@@ -87,7 +88,9 @@ def run(step, device: torch.device, folder: Path, probe=None) -> tuple[ProfileRe
     timeline = drawn["summary"]
     result = ProfileResult(host_seconds=taken["seconds"], timeline=timeline, error_band=error_band("step_seconds", "eager"),
                            memory=memory_figures(snapshot, index, capacity), trace=Path(drawn["trace"]).name,
-                           pictures={"timeline": _b64(drawn["timeline_png"]), "memory": _b64(memory_png)})
+                           busiest_window_ms=drawn["busiest_window_ms"],
+                           pictures={"timeline": _b64(drawn["timeline_png"]), "busiest": _b64(drawn["busiest_png"]),
+                                     "memory": _b64(memory_png)})
     checks = [Check("profile: the step's device timeline holds its kernels", timeline["events"] > 0,
                     timeline["events"], 1)]
     if probe:
@@ -140,6 +143,7 @@ def html(data: dict) -> str:
            f"emulated counts; the step took {data['host_seconds']:.3f} s on the host with the profiler on. "
            f"Trace for Perfetto: {e(data['trace'])}.</p>", band_notes([data["error_band"]]),
            img(data["pictures"]["timeline"], "projected device timeline"),
+           img(data["pictures"]["busiest"], "projected device timeline, busiest millisecond"),
            img(png(summary_figure(t)), "top kernels, engines and MFU")]
     out.append(table(["kernel or graph", "calls", "projected ms", "share of device time"], [
         [e(k["name"]), e(k["calls"]), num(k["seconds"], "{:.4f}", 1e3),
