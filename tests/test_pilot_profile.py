@@ -85,9 +85,18 @@ def test_a_profiling_failure_is_that_steps_error_and_the_report_goes_on(tmp_path
     assert not torch.neuron.memory._snapshot()["device_traces"][0]  # the memory history is off again
 
 
-@pytest.mark.parametrize("device, trained, status", [("cpu", None, "not_available"), ("neuron", None, "skipped")])
-def test_no_profile_without_the_device_or_a_fine_tune(tmp_path, device, trained, status):
-    ctx = _context(tmp_path, device, trained)
-    profile.run_once(ctx)
+@pytest.mark.parametrize("device, accounting, reason, status", [
+    ("cpu", True, profile.NOT_NEURON, "not_available"), ("neuron", False, profile.NO_ACCOUNTING, "not_available"),
+    ("neuron", True, profile.NO_FINETUNE, "skipped")])
+def test_no_profile_without_the_device_accounting_or_a_fine_tune(tmp_path, device, accounting, reason, status):
+    import torch_neuronx
+
+    was = torch_neuronx.kernel_accounting_enabled()
+    torch_neuronx.set_kernel_accounting(accounting)
+    try:
+        ctx = _context(tmp_path, device, None if reason == profile.NO_FINETUNE else finetune.TrainedModel(None, None, None))
+        profile.run_once(ctx)
+    finally:
+        torch_neuronx.set_kernel_accounting(was)
     step = _report(ctx)[0]["steps"]["profile"]
-    assert step["status"] == status and "data" in step
+    assert (step["status"], step["summary"], step["data"]) == (status, reason, {"reason": reason})

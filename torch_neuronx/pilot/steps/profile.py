@@ -28,6 +28,10 @@ from ..report.schema import Check
 from .performance import band_notes, band_text, error_band
 
 TITLE = "Profile of one steady training step"
+# Why no step is profiled: the first two make the step not_available, the last skipped.
+NOT_NEURON = "needs the neuron device (its projected timeline and allocator)"
+NO_ACCOUNTING = "needs kernel accounting (TORCHNEURON_KERNEL_ACCOUNTING=0 turns off the projected timeline)"
+NO_FINETUNE = "no fine-tuned model to step (--train-steps 0)"
 # A profiled step's device time and the accounting's projection of the same work are the same
 # model read twice (trace events in whole microseconds): they must agree to rounding.
 TRACE_AGREEMENT = 0.01
@@ -42,7 +46,7 @@ class ProfileResult:
     memory: dict | None = None  # one core's bytes over the step (emulated count)
     trace: str | None = None  # the step's Chrome trace, in --out
     busiest_window_ms: tuple | None = None  # the zoomed timeline's stretch, ms from the profile's start
-    pictures: dict = dataclasses.field(default_factory=dict)  # "timeline", "busiest", "memory": base64 PNG
+    pictures: dict | None = None  # "timeline", "busiest", "memory": base64 PNG
 
     def to_data(self) -> dict:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
@@ -104,15 +108,20 @@ def run(step, device: torch.device, folder: Path, probe=None) -> tuple[ProfileRe
 
 def run_once(ctx) -> None:
     """One more step of the fine-tuned copy, profiled; the copy is let go afterwards."""
+    import torch_neuronx
+
+    from ..perf import probe_for
+
     trained, ctx.trained = ctx.trained, None
     if ctx.device.type != "neuron":
-        ctx.section.result = ProfileResult(reason="needs the neuron device (its projected timeline and allocator)")
+        ctx.section.result = ProfileResult(reason=NOT_NEURON)
+    elif not torch_neuronx.kernel_accounting_enabled():
+        ctx.section.result = ProfileResult(reason=NO_ACCOUNTING)
     elif trained is None:
-        ctx.section.result = ProfileResult(reason="no fine-tuned model to step (--train-steps 0)")
+        ctx.section.result = ProfileResult(reason=NO_FINETUNE)
     if ctx.section.result is not None:
         ctx.settle()
         return
-    from ..perf import probe_for
 
     with ctx.part(" (one step)"):
         result, checks = run(trained.step, ctx.device, ctx.workdir, probe_for(ctx.device))
@@ -121,7 +130,7 @@ def run_once(ctx) -> None:
 
 
 def status(r: ProfileResult) -> str | None:
-    return "not_available" if r.reason and "neuron" in r.reason else "skipped" if r.reason else None
+    return {NOT_NEURON: "not_available", NO_ACCOUNTING: "not_available", NO_FINETUNE: "skipped"}.get(r.reason)
 
 
 def summary(r: ProfileResult) -> str:
@@ -149,7 +158,7 @@ def html(data: dict) -> str:
         [e(k["name"]), e(k["calls"]), num(k["seconds"], "{:.4f}", 1e3),
          num(k["seconds"] / t["device_seconds"] if t["device_seconds"] else None, "{:.1%}")] for k in t["top"]]))
     out.append(table(["engine", "projected busy ms", "utilisation"], [
-        [e(name), num(t["engine_busy_seconds"][name], "{:.4f}", 1e3), num(share, "{:.1%}")]
+        [e(name), num(t["engine_busy_seconds"][name], "{:.3g}", 1e3), num(share, "{:.3g} %", 100)]
         for name, share in t["engine_utilisation"].items()]))
     out.append(f"<p>Projected step: {t['device_seconds'] * 1e3:.4f} ms of device time over {e(t['events'])} "
                f"device events, {t['flops']:.3g} FLOPs, MFU {num(t['mfu'], '{:.2g}', 100)} %.</p>")
