@@ -216,8 +216,8 @@ def test_finetune_flags_a_learning_rate_the_real_product_compiles_by_value(optim
 
     model = tiny_causal_lm("llama")
     rows = [[5, 9, 13, 17, 21, 25, 29, 33]]
-    result, checks = finetune.run(model, copy.deepcopy(model).to("neuron"), rows, 3, torch.device("neuron"),
-                                  TOLERANCES["float32"], lambda: None, lambda: None, optimizer, schedule)
+    result, checks, _ = finetune.run(model, copy.deepcopy(model).to("neuron"), rows, 3, torch.device("neuron"),
+                                     TOLERANCES["float32"], lambda: None, lambda: None, optimizer, schedule)
     [check] = [c for c in checks if "steps after the first" in c.name]
     assert check.passed is not flagged
     assert result.steady_step_new_kernels == (2 if flagged else 0)
