@@ -31,7 +31,7 @@ TITLE = "Profile of one steady training step"
 # Why no step is profiled: the first two make the step not_available, the last skipped.
 NOT_NEURON = "needs the neuron device (its projected timeline and allocator)"
 NO_ACCOUNTING = "needs kernel accounting (TORCHNEURON_KERNEL_ACCOUNTING=0 turns off the projected timeline)"
-NO_FINETUNE = "no fine-tuned model to step (--train-steps 0)"
+NO_FINETUNE = "no fine-tuned model to step (--train-steps 0, or the fine-tune did not complete)"
 # A profiled step's device time and the accounting's projection of the same work are the same
 # model read twice (trace events in whole microseconds): they must agree to rounding.
 TRACE_AGREEMENT = 0.01
