@@ -88,8 +88,12 @@ def test_pilot_on_neuron_passes_and_matches_cpu(neuron_report):
     assert cost["projected"]["generation"]["eager"]["error_band"] == projected["error_band"]
     assert perf["projected_training"]["cost"]["error_band"]["relative"] is None
     assert "(no band)" in steps["performance"]["summary"]
+    # the profiled steady step: its device time is the accounting's projection of it (a check)
+    profiled = steps["profile"]["data"]
+    assert profiled["timeline"]["device_seconds"] > 0 and profiled["memory"]["peak_allocated_bytes"] > 0
+    assert (out / profiled["trace"]).is_file()
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") >= 4 and "http" not in html.split("<body>")[0]
+    assert html.count("data:image/png;base64,") >= 7 and "http" not in html.split("<body>")[0]
 
 
 @pytest.mark.slow
@@ -215,8 +219,8 @@ def test_finetune_flags_a_learning_rate_the_real_product_compiles_by_value(optim
 
     model = tiny_causal_lm("llama")
     rows = [[5, 9, 13, 17, 21, 25, 29, 33]]
-    result, checks = finetune.run(model, copy.deepcopy(model).to("neuron"), rows, 3, torch.device("neuron"),
-                                  TOLERANCES["float32"], lambda: None, lambda: None, optimizer, schedule)
+    result, checks, _ = finetune.run(model, copy.deepcopy(model).to("neuron"), rows, 3, torch.device("neuron"),
+                                     TOLERANCES["float32"], lambda: None, lambda: None, optimizer, schedule)
     [check] = [c for c in checks if "steps after the first" in c.name]
     assert check.passed is not flagged
     assert result.steady_step_new_kernels == (2 if flagged else 0)

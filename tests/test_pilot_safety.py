@@ -100,7 +100,7 @@ def test_a_truncated_tokenizer_falls_back_visibly_and_an_oom_in_the_last_step_ke
     assert report["error"]["kind"] == "out_of_memory" and report["error"]["step"] == "cost"
     steps = report["steps"]
     # every step that completed before the OOM keeps its result
-    for name in ("inputs", "numerics", "quality", "finetune", "checkpoint", "compilation", "performance"):
+    for name in ("inputs", "numerics", "quality", "finetune", "checkpoint", "compilation", "performance", "profile"):
         assert steps[name]["status"] == "passed", (name, steps[name]["summary"])
     assert steps["cost"]["status"] == "error"
     note = steps["inputs"]["data"]["tokenizer_note"]
@@ -296,7 +296,9 @@ def test_a_complete_run_replaces_every_file_of_the_previous_one(gpt2_run):
     """Publishing is all or nothing: no stale checkpoint file, interrupted or error report beside it."""
     _, _, out = gpt2_run  # --out held a stale checkpoint file, interrupted and error reports
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "inputs.json", "mine.txt", "projected-trace.json",
-                                                     "report.html", "report.json"]
+                                                     "report.html", "report.json", "step-memory.png",
+                                                     "step-summary.png", "step-timeline-busiest.png",
+                                                     "step-timeline.png", "step-trace.json"]
     assert not (out / "checkpoint" / "stale.bin").exists() and (out / "mine.txt").read_bytes() == b"a file of the user's"
 
 

@@ -66,9 +66,10 @@ def test_bf16_matches_cpu_bf16(family):
 
 
 def test_from_pretrained_skips_allocator_warmup_on_neuron(tmp_path):
-    """Transformers skips its caching-allocator warm-up block for ``neuron`` (no
-    reusable pool): over the whole load the device allocates the weights once,
-    where a warm-up would first allocate (and free) a block as large again."""
+    """Transformers warms its caching allocator up only on cuda and xpu, so not on
+    ``neuron``: over the whole load the device allocates the weights once (each in
+    its rounded block), where a warm-up would first allocate (and free) a block as
+    large again."""
     from transformers import AutoModelForCausalLM
 
     tiny_causal_lm("llama").save_pretrained(tmp_path)

@@ -8,6 +8,8 @@
 #include "profiler/DeviceTrace.h"
 #include "runtime/Alias.h"
 #include "runtime/Allocator.h"
+#include "runtime/AllocatorSizes.h"
+#include "runtime/AllocatorSnapshot.h"
 #include "runtime/AutogradWorkers.h"
 #include "runtime/Device.h"
 #include "runtime/Generators.h"
@@ -95,6 +97,17 @@ void bind_graph_inputs(py::module& m) {
   }, py::arg("reset") = false, "Input aliases compiled graphs built and reused (then reset if asked)");
 }
 
+// The caching allocator's sizes and history (runtime/AllocatorSizes.h, AllocatorSnapshot.h).
+void bind_memory_history(py::module& m) {
+  m.def("_allocator_block_bytes", [](size_t bytes) { return block_bytes(bytes); },
+        "Bytes of the block a request of `bytes` (> 0) gets");
+  m.def("_allocator_segment_bytes", [](size_t bytes) { return segment_bytes(bytes); },
+        "Bytes of the segment such a request opens when no cached block holds it");
+  m.def("_record_memory_history", &record_memory_history,
+        "(trace, context 0-3, cpp frames, max entries, clear): torch.neuron.memory._record_memory_history");
+  m.def("_memory_snapshot", &memory_snapshot, "PyTorch's memory snapshot dictionary of every core");
+}
+
 void bind_runtime(py::module& m) {
   m.def("_configure_devices", &configure_devices,
         "Set the number of logical cores and the HBM bytes of each");
@@ -133,6 +146,7 @@ void bind_runtime(py::module& m) {
     return py::dict(py::arg("hits") = s[0], py::arg("misses") = s[1],
                     py::arg("cached_bytes") = s[2], py::arg("limit_bytes") = s[3]);
   });
+  bind_memory_history(m);
 }
 
 void bind_routes(py::module& m) {

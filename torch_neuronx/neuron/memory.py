@@ -1,13 +1,18 @@
 """Memory of the emulated NeuronCores: the ``torch.cuda``-style memory API.
 
-Each logical core has the HBM of the instance profile; every neuron tensor is
-charged to its core, so these figures are what the job would use on Trainium.
-Emulated HBM is not cached: reserved equals allocated (only the host memory
-behind large tensors is pooled for reuse, see ``empty_cache``; its figures are
-the ``host_pool.*`` keys of ``memory_stats`` and counters of the metrics registry).
+Each logical core has the HBM of the instance profile, managed as the real
+product's caching segment allocator manages it (``csrc/runtime/AllocatorPools.cpp``):
+tensors are blocks in segments taken from the core's HBM, freed blocks stay
+cached, so ``memory_reserved()`` (the segments) is at least ``memory_allocated()``
+(the live blocks, rounded to the allocator's size classes) and out-of-memory is
+decided on reserved bytes. These figures are emulated counts: what the job would
+use on Trainium. The host memory behind the tensors is pooled separately (the
+``host_pool.*`` keys of ``memory_stats``, host measurements). Memory history and
+snapshots in PyTorch's format are in ``memory_history.py``.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
@@ -15,6 +20,12 @@ import torch
 from ..runtime import metrics_registry
 from ..runtime.extension import _C
 from .device_index import as_device as _dev
+from .memory_history import (  # noqa: F401  (torch.neuron.memory API, as torch.cuda.memory's)
+    _dump_snapshot,
+    _record_memory_history,
+    _snapshot,
+    memory_snapshot,
+)
 
 _HOST_POOL = {name: metrics_registry.labelled(text, metrics_registry.HOST) for name, text in {
     "host_pool.hits": "freed large-tensor host blocks reused from the pool",
@@ -33,10 +44,36 @@ metrics_registry.register_source("host_pool", metrics_registry.Source(
     gauges=frozenset({"host_pool.cached_bytes", "host_pool.limit_bytes"})))
 
 
+def block_bytes(nbytes: int) -> int:
+    """The device bytes one tensor of ``nbytes`` takes: its block after the allocator's
+    rounding (requests under 16 MiB rounded up to a size class, at least 256 bytes; see
+    ``csrc/runtime/AllocatorSizes.h``). 0 for 0. A pure function of its argument: what a
+    memory plan adds up per tensor."""
+    nbytes = operator.index(nbytes)
+    if nbytes < 0:
+        raise ValueError(f"block_bytes: nbytes must be >= 0, got {nbytes}")
+    return _C._allocator_block_bytes(nbytes) if nbytes else 0
+
+
+def segment_bytes(nbytes: int) -> int:
+    """The bytes of the segment a tensor of ``nbytes`` (> 0) opens when no cached block
+    holds it: 2 MiB for the small pool (requests under 1 MiB), 20 MiB shared by large
+    requests whose block is under 10 MiB, the block itself above. A pure function."""
+    nbytes = operator.index(nbytes)
+    if nbytes <= 0:
+        raise ValueError(f"segment_bytes: nbytes must be > 0, got {nbytes}")
+    return _C._allocator_segment_bytes(nbytes)
+
+
 def memory_stats(device: Any = None) -> dict[str, Any]:
-    """Flat ``torch.cuda``-style keys, e.g. ``allocated_bytes.all.current``, plus the
-    process-wide host pool (``host_pool.hits`` / ``misses`` / ``cached_bytes`` /
-    ``limit_bytes``: host measurements, shared by all cores)."""
+    """Flat ``torch.cuda``-style keys (emulated counts), e.g. ``allocated_bytes.all.current``
+    (live blocks), ``reserved_bytes.*`` and ``segment.*`` (segments),
+    ``inactive_split_bytes.*`` (cached blocks inside used segments: fragmentation),
+    ``requested_bytes.*`` (the bytes tensors asked for, before rounding),
+    ``num_alloc_retries`` (unused segments released to make room), ``num_device_alloc`` /
+    ``num_device_free`` (segments opened / released), ``num_ooms``; plus the process-wide
+    host pool (``host_pool.hits`` / ``misses`` / ``cached_bytes`` / ``limit_bytes``: host
+    measurements, shared by all cores)."""
     stats = dict(torch.accelerator.memory_stats(_dev(device)))
     stats.update({name: metrics_registry.counter_value(name) for name in _HOST_POOL})
     return stats
@@ -70,33 +107,35 @@ def reset_accumulated_memory_stats(device: Any = None) -> None:
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
-    """(free, total) bytes of the core's emulated HBM."""
+    """(free, total) bytes of the core's emulated HBM; free is what new segments may take
+    (capacity minus reserved), as the device reports it."""
     return torch.accelerator.get_memory_info(_dev(device))
 
 
 def empty_cache() -> None:
-    """Return the host memory kept for reuse to the system.
-
-    Emulated HBM is not cached (reserved == allocated); the host blocks behind
-    large tensors are (``TORCHNEURON_HOST_POOL_MB``, csrc/runtime/HostPool.cpp),
-    and small ones per thread (this thread's are returned too).
-    """
-    torch.accelerator.empty_cache()  # the allocator's emptyCache empties the pool
+    """Return every core's segments that no tensor uses to its HBM (reserved drops; the
+    cached blocks inside used segments stay), and the host memory kept for reuse to the
+    system: the host pool's blocks (``TORCHNEURON_HOST_POOL_MB``,
+    csrc/runtime/HostPool.cpp) and this thread's small ones."""
+    torch.accelerator.empty_cache()
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    """A table of the core's memory (emulated counts), as ``torch.cuda.memory_summary``."""
     dev = _dev(device)
     stats = memory_stats(dev)
     free, total = mem_get_info(dev)
 
     def mib(n: int) -> str:
-        return f"{n / 2**20:12.1f} MiB"
+        return f"{n / 2**20:11.1f} MiB"
 
-    rows = [
+    byte_rows = [
         ("Allocated memory", "allocated_bytes"),
-        ("Active memory", "active_bytes"),
+        ("Requested memory", "requested_bytes"),
         ("Reserved memory", "reserved_bytes"),
+        ("Non-releasable memory", "inactive_split_bytes"),
     ]
+    count_rows = [("Allocations", "allocation"), ("Segments", "segment")]
     lines = [
         f"|{'=' * 70}|",
         f"| Neuron memory summary, {str(dev):<10} (emulated HBM, {total / 2**30:.1f} GiB per core){'':>3}|",
@@ -104,15 +143,15 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
         f"| {'Metric':<22}|{'Current':>15} |{'Peak':>15} |{'Total alloc':>13}|",
         f"|{'-' * 70}|",
     ]
-    for label, key in rows:
-        cur = stats.get(f"{key}.all.current", 0)
-        peak = stats.get(f"{key}.all.peak", 0)
-        alloc = stats.get(f"{key}.all.allocated", 0)
+    for label, key in byte_rows:
+        cur, peak, alloc = (stats.get(f"{key}.all.{k}", 0) for k in ("current", "peak", "allocated"))
         lines.append(f"| {label:<22}|{mib(cur):>15} |{mib(peak):>15} |{alloc / 2**20:>9.1f} MiB|")
     if not abbreviated:
-        lines.append(f"| {'Allocations':<22}|{stats.get('allocation.all.current', 0):>15} |"
-                     f"{stats.get('allocation.all.peak', 0):>15} |{stats.get('allocation.all.allocated', 0):>13}|")
-        lines.append(f"| {'Out-of-memory errors':<22}|{stats.get('num_ooms', 0):>15} |{'':>15} |{'':>13}|")
+        for label, key in count_rows:
+            cur, peak, alloc = (stats.get(f"{key}.all.{k}", 0) for k in ("current", "peak", "allocated"))
+            lines.append(f"| {label:<22}|{cur:>15} |{peak:>15} |{alloc:>13}|")
+        for label, key in (("Out-of-memory errors", "num_ooms"), ("Cache-flush retries", "num_alloc_retries")):
+            lines.append(f"| {label:<22}|{stats.get(key, 0):>15} |{'':>15} |{'':>13}|")
     lines.append(f"| {'Free / capacity':<22}|{mib(free):>15} |{mib(total):>15} |{'':>13}|")
     lines.append(f"|{'=' * 70}|")
     return "\n".join(lines) + "\n"

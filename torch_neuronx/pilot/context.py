@@ -23,7 +23,8 @@ class PilotContext:
 
     ``reference`` is the model on the CPU, ``model`` its copy on ``device`` (same weights);
     ``known`` the token batches every step feeds both; ``modes`` the execution modes that
-    can run here (``eager``, ``compile``). ``step`` is the step being run, whose section
+    can run here (``eager``, ``compile``); ``trained`` the fine-tune's device copy with its
+    optimizer, which the profile step steps once more. ``step`` is the step being run, whose section
     :attr:`section`, :meth:`part` and :meth:`add_checks` address.
     """
 
@@ -36,6 +37,7 @@ class PilotContext:
     tokenizer: Any = None
     known: KnownInputs | None = None
     modes: tuple[str, ...] = ()
+    trained: Any = None  # steps.finetune.TrainedModel: the fine-tuned copy, until the profile step used it
     step: str = ""
 
     @property

@@ -21,10 +21,14 @@ from .config import PilotError
 
 REPORT = "report.json"
 PROJECTED_TRACE = "projected-trace.json"  # the fine-tune steps' projected timeline (Chrome/Perfetto)
+# the profile step's files: profiling.pictures.step_pictures's trace and pictures, and the memory picture
+MEMORY_PICTURE = "step-memory.png"
+PROFILE_FILES = ("step-trace.json", "step-timeline.png", "step-timeline-busiest.png", "step-summary.png",
+                 MEMORY_PICTURE)
 INTERRUPTED = "report.interrupted.json"
 ERROR_REPORT, ERROR_PAGE = "report.error.json", "report.error.html"  # a run that stopped on an error
 # every name a run may leave in --out; report.json is published last, so it marks a complete run
-RUN_FILES = ("inputs.json", "checkpoint", "report.html", PROJECTED_TRACE, REPORT)
+RUN_FILES = ("inputs.json", "checkpoint", "report.html", PROJECTED_TRACE, *PROFILE_FILES, REPORT)
 STAGING_PREFIX = ".pilot-run-"
 
 

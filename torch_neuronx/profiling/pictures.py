@@ -68,13 +68,36 @@ def device_summary(trace, top: int = 10) -> dict:
             "flops": flops, "mfu": projection.get_projector().mfu(flops, seconds)}
 
 
+def _spans(trace: dict) -> tuple[list[dict], float]:
+    """The trace's complete events and the first one's start (µs): time 0 of the pictures."""
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X" and "dur" in e]
+    return events, min(e["ts"] for e in events)
+
+
+def busiest_window(trace, width_ms: float = 1.0) -> tuple[float, float]:
+    """The ``width_ms`` stretch (ms from the profile's first event) whose device events take the
+    most projected time: on the emulator the device mostly waits for the slower host, so a whole
+    step's engine rows are slivers; this is where to zoom in."""
+    events, start = _spans(read_trace(trace))
+    device = sorted((e["ts"], e["dur"]) for e in events if e.get("cat") == "kernel")
+    best, best_at, total, last = -1.0, start, 0.0, 0
+    for first, (ts, _) in enumerate(device):
+        while last < len(device) and device[last][0] < ts + width_ms * 1e3:
+            total += device[last][1]
+            last += 1
+        if total > best:
+            best, best_at = total, ts
+        total -= device[first][1]
+    begin = (best_at - start) / 1e3
+    return begin, begin + width_ms
+
+
 def timeline_figure(trace, title: str = "projected device timeline", window_ms: tuple | None = None):
     """Host threads (CPU ops) above the device's rows, on one time axis in ms from the
     profile's first event; ``window_ms`` = (from, to) zooms in."""
     trace = read_trace(trace)
     rows = _rows(trace)
-    events = [e for e in trace["traceEvents"] if e.get("ph") == "X" and "dur" in e]
-    start = min(e["ts"] for e in events)
+    events, start = _spans(trace)
     if window_ms is not None:
         events = [e for e in events if e["ts"] + e["dur"] >= start + window_ms[0] * 1e3
                   and e["ts"] <= start + window_ms[1] * 1e3]
@@ -126,8 +149,9 @@ def save(fig, path) -> str:
 
 def step_pictures(step, folder) -> dict:
     """Profile one call of ``step`` (warm: its kernels and graphs met before) with CPU and device
-    activity, and draw it into ``folder``: the trace, the timeline and summary PNGs, the summary.
-    What a report shows of one steady step."""
+    activity, and draw it into ``folder``: the trace, the timeline (whole, and its busiest
+    millisecond of device time) and summary PNGs, the summary. What a report shows of one
+    steady step."""
     from torch.profiler import ProfilerActivity, profile
 
     folder = os.fspath(folder)
@@ -138,8 +162,11 @@ def step_pictures(step, folder) -> dict:
     prof.export_chrome_trace(trace_path)
     trace = read_trace(trace_path)
     summary = device_summary(trace)
-    return {"trace": trace_path, "summary": summary,
+    window = busiest_window(trace)
+    return {"trace": trace_path, "summary": summary, "busiest_window_ms": window,
             "timeline_png": save(timeline_figure(trace), os.path.join(folder, "step-timeline.png")),
+            "busiest_png": save(timeline_figure(trace, "projected device timeline: its busiest millisecond", window),
+                                os.path.join(folder, "step-timeline-busiest.png")),
             "summary_png": save(summary_figure(summary), os.path.join(folder, "step-summary.png"))}
 
 

@@ -50,6 +50,9 @@ class StagedFiles:
         self.published = False  # every staged file is in place (an interrupt held back may follow)
 
     def write_text(self, target: os.PathLike | str, text: str) -> None:
+        self.write_bytes(target, text.encode("utf-8"))
+
+    def write_bytes(self, target: os.PathLike | str, data: bytes) -> None:
         target = Path(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
@@ -57,8 +60,8 @@ class StagedFiles:
             # os.open, not mkstemp: the published file gets the usual umask mode, not 0600
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             self.staged.append((tmp, target))
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as exc:  # a failed write names the staging file or nothing: name the target
@@ -86,6 +89,11 @@ class StagedFiles:
 
 def write_text_whole(target: os.PathLike | str, text: str) -> None:
     """Replace ``target`` by ``text`` in one step: the old content or the new, never a part."""
+    write_bytes_whole(target, text.encode("utf-8"))
+
+
+def write_bytes_whole(target: os.PathLike | str, data: bytes) -> None:
+    """Replace ``target`` by ``data`` in one step: the old content or the new, never a part."""
     with StagedFiles() as files:
-        files.write_text(target, text)
+        files.write_bytes(target, data)
         files.publish()

@@ -1,19 +1,23 @@
-// Emulated HBM: host memory accounted per logical NeuronCore.
+// Emulated HBM: each logical NeuronCore's memory, managed by the caching
+// segment allocator of the real product (AllocatorPools.cpp) and backed by
+// host memory (HostPool.cpp).
 //
-// Every byte handed out for a neuron tensor is charged to the core it lives
-// on and checked against that core's HBM capacity, so an out-of-memory on the
-// emulated device happens where it would on Trainium, with a clear
-// torch.OutOfMemoryError, and leaves the process usable. There is no caching:
-// reserved == allocated, and empty_cache() has nothing to return.
+// Every neuron tensor's bytes get a block of its core's segments, and a new
+// segment is checked against the core's HBM capacity, so an out-of-memory on
+// the emulated device happens where it would on Trainium: when the reserved
+// segments (not only the live tensors) reach the capacity, after the unused
+// segments were released once. It raises torch.OutOfMemoryError naming the
+// request and the core's allocated, reserved and free bytes, and leaves the
+// process usable. The host memory behind a block is allocated and pooled
+// separately (or is a CPU kernel's own, adopted), so the device layout costs
+// the host nothing.
 //
 // It subclasses c10::DeviceAllocator so that torch.accelerator.memory_* and
-// the torch.cuda-style API work on the `neuron` device. The statistics are
-// kept without a lock (AllocatorStats.cpp): every op result is charged and
-// released here.
+// the torch.cuda-style API work on the `neuron` device.
 #include "runtime/Allocator.h"
-#include "runtime/AllocatorStats.h"
+#include "runtime/AllocatorHistory.h"
+#include "runtime/AllocatorPools.h"
 #include "runtime/Device.h"
-#include "runtime/Fork.h"
 #include "runtime/HostPool.h"
 #include "runtime/PerThread.h"
 
@@ -24,6 +28,7 @@
 #include <array>
 #include <atomic>
 #include <cstring>
+#include <mutex>
 
 namespace torch_neuronx {
 namespace {
@@ -34,6 +39,7 @@ using c10::CachingDeviceAllocator::DeviceStats;
 struct Charge {
   size_t bytes = 0;
   c10::DeviceIndex device = 0;
+  Block* block = nullptr; // in the core's segments; none for zero bytes
   void* owned = nullptr; // set when we allocated the bytes ourselves
   c10::Storage adopted;  // set when the bytes belong to an adopted CPU storage
   c10::DataPtr taken;    // set when the bytes were taken from a CPU storage in place
@@ -54,12 +60,13 @@ struct SpareCharges {
   }
 };
 
-Charge* new_charge(size_t bytes, c10::DeviceIndex device) {
+Charge* new_charge(size_t bytes, c10::DeviceIndex device, Block* block) {
   SpareCharges* spares = PerThread<SpareCharges>::get();
   Charge* charge = spares != nullptr && spares->count > 0 ? spares->records[--spares->count]
                                                           : new Charge();
   charge->bytes = bytes;
   charge->device = device;
+  charge->block = block;
   return charge;
 }
 
@@ -84,20 +91,46 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     }
   }
 
-  // Charge `bytes` to a core, or raise OutOfMemoryError without side effects.
-  void charge(c10::DeviceIndex index, size_t bytes) {
+  // A block of `bytes` in core `index`'s segments (none for zero bytes), or
+  // OutOfMemoryError with nothing changed but the core's OOM count.
+  Block* charge(c10::DeviceIndex index, size_t bytes) {
     mark_runtime_initialized();
     check_device_index(index);
-    const int64_t capacity = capacity_[index].load(std::memory_order_relaxed);
-    int64_t allocated = 0;
-    if (C10_UNLIKELY(!charge_core(index, bytes, capacity, allocated))) {
-      out_of_memory(index, bytes, capacity, allocated);
+    if (bytes == 0) {
+      return nullptr;
     }
+    Context context;
+    if (C10_UNLIKELY(history_on())) {
+      context = gather_context(RecordContext::STATE);
+    }
+    CorePools& core = core_pools(index);
+    const int64_t capacity = capacity_[index].load(std::memory_order_relaxed);
+    {
+      std::lock_guard<CoreLock> lock(core.mutex());
+      if (Block* block = core.allocate(bytes, capacity, std::move(context))) {
+        return block;
+      }
+    }
+    out_of_memory(core, index, bytes, capacity);
+  }
+
+  static void uncharge(c10::DeviceIndex index, Block* block) {
+    if (block == nullptr) {
+      return;
+    }
+    Context context;
+    if (C10_UNLIKELY(history_on())) {
+      context = gather_context(RecordContext::ALL);
+    }
+    CorePools& core = core_pools(index);
+    std::lock_guard<CoreLock> lock(core.mutex());
+    core.free(block, std::move(context));
   }
 
   static void release(void* ctx) {
     auto* charge = static_cast<Charge*>(ctx);
-    release_core(charge->device, charge->bytes);
+    uncharge(charge->device, charge->block);
+    charge->block = nullptr;
     if (charge->owned != nullptr) {
       host_pool_free(charge->owned, charge->bytes);
       charge->owned = nullptr;
@@ -110,17 +143,17 @@ class NeuronAllocator final : public c10::DeviceAllocator {
 
   c10::DataPtr allocate(size_t nbytes) override {
     const auto index = current_device();
-    charge(index, nbytes);
+    Block* block = charge(index, nbytes);
     void* data = nullptr;
     if (nbytes > 0) {
       try {
         data = host_pool_allocate(nbytes);
       } catch (...) {
-        release_core(index, nbytes);
+        uncharge(index, block);
         throw;
       }
     }
-    Charge* ctx = new_charge(nbytes, index);
+    Charge* ctx = new_charge(nbytes, index, block);
     ctx->owned = data;
     return {data, ctx, &NeuronAllocator::release,
             c10::Device(kNeuron, index)};
@@ -138,8 +171,12 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     return runtime_initialized();
   }
 
-  // Emulated HBM is never cached; the host memory behind it is.
+  // Every core's unused segments, and the host memory kept for reuse.
   void emptyCache(c10::MempoolId_t) override {
+    for (CorePools* core : existing_core_pools()) {
+      std::lock_guard<CoreLock> lock(core->mutex());
+      core->release_unused_segments();
+    }
     empty_host_pool();
   }
 
@@ -147,22 +184,31 @@ class NeuronAllocator final : public c10::DeviceAllocator {
 
   DeviceStats getDeviceStats(c10::DeviceIndex index) override {
     check_device_index(index);
-    return core_stats(index);
+    CorePools& core = core_pools(index);
+    std::lock_guard<CoreLock> lock(core.mutex());
+    return core.stats();
   }
 
   void resetAccumulatedStats(c10::DeviceIndex index) override {
     check_device_index(index);
-    reset_core_accumulated(index);
+    CorePools& core = core_pools(index);
+    std::lock_guard<CoreLock> lock(core.mutex());
+    core.reset_accumulated();
   }
 
   void resetPeakStats(c10::DeviceIndex index) override {
     check_device_index(index);
-    reset_core_peaks(index);
+    CorePools& core = core_pools(index);
+    std::lock_guard<CoreLock> lock(core.mutex());
+    core.reset_peaks();
   }
 
+  // Free is what new segments may still take, as the device reports it.
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex index) override {
     const int64_t total = capacity(index);
-    return {static_cast<size_t>(std::max<int64_t>(total - core_allocated_bytes(index), 0)),
+    CorePools& core = core_pools(index);
+    std::lock_guard<CoreLock> lock(core.mutex());
+    return {static_cast<size_t>(std::max<int64_t>(total - core.reserved_bytes(), 0)),
             static_cast<size_t>(total)};
   }
 
@@ -174,27 +220,34 @@ class NeuronAllocator final : public c10::DeviceAllocator {
  private:
   // Out of line: the message's code kept every charge's path from being lean.
   [[noreturn]] C10_NOINLINE static void out_of_memory(
-      c10::DeviceIndex index, size_t bytes, int64_t capacity, int64_t allocated) {
+      CorePools& core, c10::DeviceIndex index, size_t bytes, int64_t capacity) {
+    int64_t reserved = 0;
+    int64_t allocated = 0;
+    int64_t free = 0;
+    {
+      std::lock_guard<CoreLock> lock(core.mutex());
+      core.count_oom();
+      reserved = core.reserved_bytes();
+      allocated = core.allocated_bytes();
+      free = std::max<int64_t>(capacity - reserved, 0);
+      core.trace().record(TraceAction::kOom, static_cast<uint64_t>(free), bytes);
+    }
     TORCH_CHECK_WITH(
         OutOfMemoryError, false,
         "Neuron out of memory on neuron:", static_cast<int>(index),
-        " (emulated HBM): tried to allocate ", bytes, " bytes; ",
-        capacity - allocated, " bytes free of ", capacity,
-        " bytes capacity (", allocated,
-        " bytes already allocated). Reduce the batch or sequence length, "
-        "shard the model over more cores, or pick a larger instance profile "
-        "(TORCHNEURON_INSTANCE).");
+        " (emulated HBM): tried to allocate ", bytes, " bytes (a ",
+        segment_bytes(bytes), "-byte segment was needed); ", free, " bytes free of ",
+        capacity, " bytes capacity; ", reserved, " bytes reserved in segments, ",
+        allocated, " bytes allocated to tensors (the other ", reserved - allocated,
+        " bytes reserved are cached blocks too small for this request). "
+        "Reduce the batch or sequence length, shard the model over more cores, or pick a "
+        "larger instance profile (TORCHNEURON_INSTANCE).");
   }
 
   std::array<std::atomic<int64_t>, kMaxCores> capacity_{};
 };
 
 NeuronAllocator g_allocator;
-
-// In a forked child (Fork.h): the child holds the parent's tensors (fork
-// copied them), so live memory stays; peaks and cumulative counts start over,
-// as they describe this process's life.
-const bool g_fork_handler = on_fork_child(&core_stats_after_fork);
 
 } // namespace
 
@@ -219,18 +272,18 @@ c10::DataPtr adopt_cpu_storage(
     const c10::Storage& cpu_storage,
     c10::DeviceIndex index) {
   const size_t bytes = cpu_storage.nbytes();
-  g_allocator.charge(index, bytes);
+  Block* block = g_allocator.charge(index, bytes);
   void* data = cpu_storage.mutable_data();
-  Charge* ctx = new_charge(bytes, index);
+  Charge* ctx = new_charge(bytes, index, block);
   ctx->adopted = cpu_storage;
   return {data, ctx, &NeuronAllocator::release, c10::Device(kNeuron, index)};
 }
 
 void adopt_cpu_storage_in_place(c10::StorageImpl& storage, c10::DeviceIndex index) {
   const size_t bytes = storage.nbytes();
-  g_allocator.charge(index, bytes);
+  Block* block = g_allocator.charge(index, bytes);
   void* data = storage.mutable_data();
-  Charge* ctx = new_charge(bytes, index);
+  Charge* ctx = new_charge(bytes, index, block);
   ctx->taken = std::move(storage.mutable_data_ptr());
   storage.set_data_ptr_noswap(
       c10::DataPtr(data, ctx, &NeuronAllocator::release, c10::Device(kNeuron, index)));

@@ -8,10 +8,10 @@ procedure (``..procedure``) walks: a step named in :data:`BEFORE_MODES` or
 """
 from __future__ import annotations
 
-from . import checkpoint, compilation, cost, finetune, inputs, numerics, performance, quality
+from . import checkpoint, compilation, cost, finetune, inputs, numerics, performance, profile, quality
 
 STEPS = {"inputs": inputs, "numerics": numerics, "quality": quality, "finetune": finetune,
-         "checkpoint": checkpoint, "compilation": compilation, "performance": performance, "cost": cost}
+         "checkpoint": checkpoint, "compilation": compilation, "performance": performance, "profile": profile, "cost": cost}
 
 # Loads the model and the known inputs every later step uses.
 BEFORE_MODES = ("inputs",)
@@ -19,5 +19,6 @@ BEFORE_MODES = ("inputs",)
 # shape must be cold.
 EACH_MODE = ("compilation", "numerics", "quality", "performance")
 # Once, after the modes: the fine-tune changes the weights, so it comes after every step that
-# reads them; cost prices the other steps' results, so it comes last.
-AFTER_MODES = ("quality", "checkpoint", "finetune", "cost")
+# reads them; profile steps the fine-tuned copy once more (warm: a steady step); cost prices the
+# other steps' results, so it comes last.
+AFTER_MODES = ("quality", "checkpoint", "finetune", "profile", "cost")

@@ -53,8 +53,33 @@ def make_optimizer(name: str, schedule: str, params, steps: int):
     return opt, None
 
 
+@dataclasses.dataclass
+class TrainedModel:
+    """The device copy after the fine-tune with its optimizer (state built) and batch: what one
+    more, steady, training step needs (the profile step takes it, then lets it go)."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    ids: torch.Tensor
+
+    def step(self) -> None:
+        """One more training step at the learning rate the schedule left (no new rate to compile)."""
+        train_step(self.model, self.ids, self.optimizer, None).item()
+
+
+def train_step(model, ids: torch.Tensor, opt, scheduler) -> torch.Tensor:
+    """Forward, backward, optimizer (and schedule) step; the loss, still on the device."""
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    opt.step()
+    if scheduler is not None:
+        scheduler.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
+
+
 def _train(model, ids: torch.Tensor, steps: int, sync, on_step, optimizer: str, schedule: str,
-           recorder=None) -> tuple[list[float], list[float]]:
+           recorder=None) -> tuple[list[float], list[float], torch.optim.Optimizer]:
     with torch.random.fork_rng(devices=[]):
         # Both runs draw the same random numbers (dropout masks): random ops on neuron use the
         # CPU generator, as on the real product, so the same seed gives the same masks.
@@ -63,7 +88,7 @@ def _train(model, ids: torch.Tensor, steps: int, sync, on_step, optimizer: str, 
 
 
 def _steps(model, ids: torch.Tensor, steps: int, sync, on_step, optimizer: str, schedule: str,
-           recorder=None) -> tuple[list[float], list[float]]:
+           recorder=None) -> tuple[list[float], list[float], torch.optim.Optimizer]:
     model.train()
     opt, scheduler = make_optimizer(optimizer, schedule, model.parameters(), steps)
     losses, seconds = [], []
@@ -71,18 +96,12 @@ def _steps(model, ids: torch.Tensor, steps: int, sync, on_step, optimizer: str, 
         if recorder is not None and step:
             recorder.next_iteration()
         start = time.perf_counter()
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        if scheduler is not None:
-            scheduler.step()
-        opt.zero_grad(set_to_none=True)
-        value = loss.float().item()  # .item() waits for the device
+        value = train_step(model, ids, opt, scheduler).float().item()  # .item() waits for the device
         sync()
         seconds.append(time.perf_counter() - start)
         losses.append(value)
         on_step()
-    return losses, seconds
+    return losses, seconds, opt
 
 
 def _recorder(device, steps: int):
@@ -97,14 +116,17 @@ def _recorder(device, steps: int):
 
 
 def run(ref_model, dev_model, rows: list[list[int]], steps: int, device, tol: Tolerance,
-        sync, on_step, optimizer: str = "adamw", schedule: str = "constant") -> tuple[FinetuneResult, list[Check]]:
+        sync, on_step, optimizer: str = "adamw",
+        schedule: str = "constant") -> tuple[FinetuneResult, list[Check], TrainedModel]:
     """Loss curves compared step by step; device training throughput from the steps after the first;
-    kernels the steps after the first compile (none on Trainium for a steady loop)."""
+    kernels the steps after the first compile (none on Trainium for a steady loop); the trained
+    device copy."""
     ids = torch.tensor(rows)
-    cpu_losses, _ = _train(copy.deepcopy(ref_model), ids, steps, lambda: None, on_step, optimizer, schedule)
+    cpu_losses, _, _ = _train(copy.deepcopy(ref_model), ids, steps, lambda: None, on_step, optimizer, schedule)
+    trained = TrainedModel(copy.deepcopy(dev_model), None, ids.to(device))
     with _recorder(device, steps) as recorder:
-        dev_losses, dev_seconds = _train(copy.deepcopy(dev_model), ids.to(device), steps, sync, on_step,
-                                         optimizer, schedule, recorder)
+        dev_losses, dev_seconds, trained.optimizer = _train(trained.model, trained.ids, steps, sync, on_step,
+                                                            optimizer, schedule, recorder)
     rel = max(abs(d - c) / max(abs(c), 1e-12) for d, c in zip(dev_losses, cpu_losses))
     steady = dev_seconds[1:] or dev_seconds
     name = {"adamw": "AdamW", "sgd": "SGD"}[optimizer]
@@ -120,12 +142,13 @@ def run(ref_model, dev_model, rows: list[list[int]], steps: int, device, tol: To
         checks.append(Check("fine-tune: steps after the first compile no new kernels (emulated count)",
                             not recorder.recompiles, len(recorder.recompiles), 0,
                             "; ".join(row["remedy"] for row in result.steady_step_recompiles)))
-    return result, checks
+    return result, checks, trained
 
 
 def run_once(ctx) -> None:
-    """The fine-tune (last but cost: it changes the weights), its training figures on the
-    performance step, and on neuron its projected figures and timeline (``projected-trace.json``)."""
+    """The fine-tune (last but profile and cost: it changes the weights of its copy), its training
+    figures on the performance step, and on neuron its projected figures and timeline
+    (``projected-trace.json``); its trained copy on ``ctx.trained`` for the profile step."""
     cfg, device = ctx.cfg, ctx.device
     steps = cfg.train_steps
     if steps == 0:
@@ -137,8 +160,8 @@ def run_once(ctx) -> None:
     measured = ctx.result("performance")
     with ctx.part(f" ({steps} steps, CPU then device)", total=2 * steps) as advance:
         mark = probe.mark() if probe else None
-        result, checks = run(ctx.reference, ctx.model, rows, steps, device, cfg.tolerance, perf.synchronizer(device),
-                             advance, cfg.optimizer, cfg.lr_schedule)
+        result, checks, ctx.trained = run(ctx.reference, ctx.model, rows, steps, device, cfg.tolerance,
+                                          perf.synchronizer(device), advance, cfg.optimizer, cfg.lr_schedule)
         if probe:
             _project(ctx, probe, mark, steps, len(rows))
         ctx.add_checks(checks)
