@@ -1,7 +1,7 @@
 """``python -m benchmarks`` (``make bench``): every benchmark, every backend, one table.
 
   python -m benchmarks                      # full suite, results in bench-results/
-  python -m benchmarks --issue27            # decide issue 27's limits (~20 min on a quiet 2-core machine)
+  python -m benchmarks --limits             # only the rows with a limit (~20 min on a quiet 2-core machine)
   python -m benchmarks --smoke              # tiny sizes, one pair (what CI runs)
   python -m benchmarks --only cpu,neuron,train,ops --pairs 10
   python -m benchmarks --combine runA runB --out both   # one report from two runs
@@ -24,10 +24,10 @@ from . import report, xla_env
 from .backends import BACKENDS, EAGER_WORKLOADS, IN_PROCESS_WORKLOADS
 from .runner import COLLECTIVES, plan, run_suite
 
-# The backends and workloads of issue 27's limits: the eager rows against CPU eager, the compiled
-# rows against CPU Inductor; the decode rows and the compiled training step also with both sides
-# in one process.
-ISSUE_27 = ("cpu,neuron,cpu_inductor,neuron_compiled,ops,generate,generate_static,decode_in_process,"
+# The backends and workloads of the rows that have a limit (the report's verdicts): the eager rows
+# against CPU eager, the compiled rows against CPU Inductor; the decode rows and the compiled
+# training step also with both sides in one process.
+LIMIT_ROWS = ("cpu,neuron,cpu_inductor,neuron_compiled,ops,generate,generate_static,decode_in_process,"
             "compiled_in_process,train")
 
 
@@ -66,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 repeat, no XLA set-up")
     parser.add_argument("--only", help="comma-separated backends and/or workloads")
-    parser.add_argument("--issue27", action="store_true",
-                        help=f"only issue 27's rows ({ISSUE_27}), --threads 1 unless given")
+    parser.add_argument("--limits", action="store_true",
+                        help=f"only the rows that have a limit, to decide their verdicts ({LIMIT_ROWS}); "
+                             "--threads 1 unless given")
     parser.add_argument("--pairs", "--repeats", type=int, dest="pairs",
                         help="rounds: fresh processes per cell, each paired with its reference's process "
                              "of the same round (default 10; smoke 1)")
@@ -85,11 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-xla-setup", action="store_true",
                         help="do not create the PyTorch/XLA venv if it is missing")
     args = parser.parse_args(argv)
-    if args.issue27 and args.only:
-        parser.error("--issue27 picks its own rows; leave out --only")
-    if args.issue27 and args.threads is None:
+    if args.limits and args.only:
+        parser.error("--limits picks its own rows; leave out --only")
+    if args.limits and args.threads is None:
         args.threads = 1
-    backends, workloads = parse_only(ISSUE_27 if args.issue27 else args.only)
+    backends, workloads = parse_only(LIMIT_ROWS if args.limits else args.only)
     size = "smoke" if args.smoke else "full"
     pairs = (1 if args.smoke else 10) if args.pairs is None else args.pairs
     compiled_pairs = min(pairs, (1 if args.smoke else 10) if args.compiled_pairs is None else args.compiled_pairs)

@@ -12,8 +12,8 @@ from . import xla_env
 EAGER_WORKLOADS = ("train", "varlen", "varlen_padded", "generate", "generate_static", "ops")
 # The static-cache generate() row compares the emulator with CPU; XLA keeps the manual loop.
 XLA_WORKLOADS = tuple(w for w in EAGER_WORKLOADS if w != "generate_static")
-# Both devices in one process (bench_compile's measurements): issue 27's eager decode rows on the
-# ``neuron`` backend, its compiled rows (training step, decode) on ``neuron_compiled``, without the
+# Both devices in one process (bench_compile's measurements): the eager decode rows on the
+# ``neuron`` backend, the compiled rows (training step, decode) on ``neuron_compiled``, without the
 # process-to-process spread that pairs of processes carry.
 EAGER_IN_PROCESS = ("decode_in_process",)
 COMPILED_IN_PROCESS = ("compiled_in_process",)

@@ -8,7 +8,7 @@
   python -m benchmarks.bench_compile train       # the suite's compiled training step, the same way
   python -m benchmarks.bench_compile eager-decode  # eager decode: neuron vs CPU, one process
 
-Model: Llama, hidden 256, 4 layers, vocab 4096, batch 4 x 128 (the issue's sizes).
+Model: Llama, hidden 256, 4 layers, vocab 4096, batch 4 x 128 (the suite's sizes).
 """
 from __future__ import annotations
 
@@ -82,9 +82,9 @@ def _child_first_step(lowering: str = "with_lowering") -> dict:
     import torch_neuronx
 
     if lowering == "without_lowering":
-        from torch_neuronx.compile import stablehlo
+        from torch_neuronx.compile.lowering import lower
 
-        stablehlo._installed = lambda: False  # the pipeline as if torch-mlir were absent
+        lower._installed = lambda: False  # the pipeline as if torch-mlir were absent
     first = Trainer("neuron", "neuron").step()[1]
     m = torch_neuronx.get_dynamo_metrics()
     return {"first_step_s": first, "cache_hits": m["cache_hits"], "cache_misses": m["cache_misses"],

@@ -72,7 +72,7 @@ def summarize(results: list[dict]) -> list[dict]:
 
 @dataclass(frozen=True)
 class Target:
-    """``numerator / denominator`` of two rows, with the issue's limit (None: context only).
+    """``numerator / denominator`` of two rows, with its limit (None: context only).
     ``denominator`` None: the numerator is a ratio each process measured itself (both devices in
     one process), one observation per process, as a pair's ratio is one per round."""
 

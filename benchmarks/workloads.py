@@ -263,7 +263,7 @@ def _static_generate_once(adapter, model, prompt, new_tokens: int) -> tuple[floa
 
 
 def decode_in_process(adapter, size: Size) -> dict:
-    """Issue 27's two eager decode rows with both devices in one process: ``bench_compile``'s eager
+    """The two eager decode rows with both devices in one process: ``bench_compile``'s eager
     decode, CPU and neuron requests alternating for ``decode_rounds`` rounds. Its ratio per
     process (geometric mean of the rounds' ratios) leaves out the ±5-10 % by which one
     process's medians differ from another's, the noise a pair of processes carries; the
@@ -275,7 +275,7 @@ def decode_in_process(adapter, size: Size) -> dict:
 
 
 def compiled_in_process(adapter, size: Size) -> dict:
-    """Issue 27's two compiled rows with both backends in one process, as ``decode_in_process``
+    """The two compiled rows with both backends in one process, as ``decode_in_process``
     for the eager ones: ``bench_compile``'s training step and static-cache decode loop, CPU
     Inductor and neuron compiled alternating for ``decode_rounds`` rounds each. It builds its
     own adapters (neuron compiled, as ``adapter``); on a warm round both find their compiled
@@ -315,7 +315,7 @@ def ops(adapter, size: Size) -> dict:
     """Per-op dispatch overhead on small tensors, in microseconds per op.
 
     Each op is timed twice over the same loops: wall clock (``<op>_us``, what
-    the issue's limits are on) and the thread's CPU time (``<op>_thread_us``),
+    the suite's limits are on) and the thread's CPU time (``<op>_thread_us``),
     which leaves out the time other processes took the core, so a shared
     machine disturbs it less. On the lazy XLA path the loop only records ops;
     the closing sync runs them, so its figure is tracing plus one graph

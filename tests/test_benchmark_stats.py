@@ -1,6 +1,6 @@
 """The benchmark's paired design and its statistics, on hand-made pairs (no process, no timing).
 
-Issue 27's limits are decided from pairs of processes: the reference and the subject of one
+The suite's limits are decided from pairs of processes: the reference and the subject of one
 workload run back to back, which goes first alternating (ABBA); each pair gives one ratio of the
 two processes' own medians; the report gives the ratios' geometric mean, a 95 % Student t
 interval on their logarithms and a verdict. Compiled backends compile cold once per workload and
@@ -212,12 +212,12 @@ def test_the_targets_table_shows_interval_pairs_and_verdict():
     assert "host measurement" in page
 
 
-def test_issue27_preset_refuses_only_and_pair_counts_must_be_positive(capsys, tmp_path):
+def test_limits_preset_refuses_only_and_pair_counts_must_be_positive(capsys, tmp_path):
     from benchmarks.__main__ import main
 
     # Were a bad count accepted, the smoke run of one small cell would finish instead of exiting.
     tiny = ["--smoke", "--only", "cpu,ops", "--out", str(tmp_path)]
-    for argv, message in ((["--issue27", "--only", "cpu,ops"], "leave out --only"),
+    for argv, message in ((["--limits", "--only", "cpu,ops"], "leave out --only"),
                           (["--pairs", "0", *tiny], "--pairs, --compiled-pairs"),
                           (["--compiled-pairs", "0", *tiny], "--pairs, --compiled-pairs"),
                           (["--timeout", "0", *tiny], "--timeout > 0")):

@@ -19,7 +19,7 @@ import torch
 
 import children
 from benchmarks import report, stats, worker
-from benchmarks.__main__ import ISSUE_27, main, parse_only
+from benchmarks.__main__ import LIMIT_ROWS, main, parse_only
 from benchmarks.backends import BY_NAME, EAGER_WORKLOADS, IN_PROCESS_WORKLOADS
 from benchmarks.runner import Step, run_suite, run_worker
 from benchmarks.workloads import WORKLOADS
@@ -178,8 +178,8 @@ def test_decode_in_process_workload_reports_each_paths_ratio_and_both_devices_me
         assert 0 < low <= metrics[f"{what}_ratio"] <= high
         assert metrics[f"{what}_cpu_per_token_ms"] > 0 and metrics[f"{what}_neuron_per_token_ms"] > 0
     assert report.unit_of("loop_cpu_per_token_ms") == "ms" and report.unit_of("loop_ratio") == "×"
-    # ``--issue27`` runs it, on the neuron backend only (one process per round).
-    assert "decode_in_process" in parse_only(ISSUE_27)[1]
+    # ``--limits`` runs it, on the neuron backend only (one process per round).
+    assert "decode_in_process" in parse_only(LIMIT_ROWS)[1]
     assert [b.name for b in BY_NAME.values() if "decode_in_process" in b.workloads] == ["neuron"]
 
 
@@ -214,7 +214,7 @@ def test_compiled_in_process_workload_reports_the_training_step_and_decode_of_bo
     """The suite's ``compiled_in_process`` cell, in a cold process and in a warm one (its graphs
     from the cache): CPU Inductor and neuron compiled in one process, the same losses and tokens on
     both sides, per process one ratio per path inside its interval and both sides' medians;
-    ``--issue27`` runs it, on ``neuron_compiled`` only."""
+    ``--limits`` runs it, on ``neuron_compiled`` only."""
     assert [cell["cache"] for cell in warm_suite["raw"]] == ["cold", "warm"]
     for cell in warm_suite["raw"]:
         assert cell["status"] == "ok", (cell["cache"], cell.get("reason"))
@@ -227,9 +227,9 @@ def test_compiled_in_process_workload_reports_the_training_step_and_decode_of_bo
         # Both sides ran their compiled graphs: the generated code's host buffers, counted per request.
         calls = info["host_calls_per_request"]
         assert calls["neuron"]["empty_strided_cpu"] > 0 and calls["inductor"]["empty_strided_cpu"] > 0
-    assert "compiled_in_process" in parse_only(ISSUE_27)[1]
+    assert "compiled_in_process" in parse_only(LIMIT_ROWS)[1]
     assert [b.name for b in BY_NAME.values() if "compiled_in_process" in b.workloads] == ["neuron_compiled"]
-    # Each of the two paths is one of issue 27's one-process rows, with the compiled limit.
+    # Each of the two paths is one of the one-process rows, with the compiled limit.
     limits = {t.numerator: t.limit for t in report.TARGETS if t.denominator is None}
     assert limits[("neuron_compiled", "compiled_in_process", "train_ratio")] == 1.05
     assert limits[("neuron_compiled", "compiled_in_process", "loop_ratio")] == 1.05
@@ -277,9 +277,9 @@ def test_a_one_process_row_refuses_a_ratio_when_a_processs_two_sides_computed_di
 
 
 def test_decode_op_table_profiles_the_same_ops_on_both_devices():
-    """``python -m benchmarks.decode_ops``: the same generate() on CPU and neuron runs the same
+    """``python -m tools.decode_ops``: the same generate() on CPU and neuron runs the same
     matmuls per token; every op of either device is a row, the table names the ratio per op."""
-    from benchmarks import decode_ops
+    from tools import decode_ops
 
     result = decode_ops.measure("smoke", rounds=1)
     rows = {r["op"]: r for r in result["rows"]}
@@ -294,12 +294,12 @@ def test_decode_op_table_profiles_the_same_ops_on_both_devices():
 
 
 def test_decode_replay_runs_every_call_by_itself_with_the_same_result_on_both_devices():
-    """``python -m benchmarks.decode_ops --replay``: every distinct call of the decode replays on
+    """``python -m tools.decode_ops --replay``: every distinct call of the decode replays on
     both devices from its recorded arguments and gives CPU's result; per-token call counts are the
     model's (a Llama layer has seven projections, plus the LM head, per forward)."""
     import torch_neuronx  # noqa: F401
 
-    from benchmarks import decode_ops
+    from tools import decode_ops
 
     result = decode_ops.replay("smoke", loops=2)
     assert result["failed"] == {} and result["differing"] == []
@@ -364,8 +364,8 @@ def test_decoding_with_kernel_accounting_off_runs_and_projects_nothing(tmp_path)
     assert result["metrics"]["per_token_ms"] and not [m for m in result["metrics"] if m.startswith("projected_")]
 
 
-def test_every_measured_op_and_per_token_row_has_the_issue_limit():
-    """Issue 27's targets: each op the ``ops`` workload times is a per-op row with a limit of
+def test_every_measured_op_and_per_token_row_has_its_limit():
+    """The suite's targets: each op the ``ops`` workload times is a per-op row with a limit of
     1.15x CPU eager (its wall clock; its thread-CPU-time row is context, without a limit); both per-token rows of the manual decode loop have a limit of 1.05x."""
     from benchmarks.adapters import make_adapter
     from benchmarks.model import SMOKE

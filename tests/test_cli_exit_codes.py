@@ -64,3 +64,50 @@ def test_a_bug_in_a_command_is_its_traceback_and_exit_3(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "Traceback" in err and "RuntimeError: a bug in the command" in err
     assert err.rstrip().splitlines()[-1].startswith("error: internal error")
+
+
+# ---------------------------------------------------------------- a bad flag loses nothing
+def _files(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+PLAN_BAD_FLAGS = [["--tp", "x"], ["--instance", "trn9.huge"], ["--nonsense"], ["--price-per-hour", "nan"]]
+COVERAGE_BAD_FLAGS = [["--only", "not_a_model"], ["--jobs", "0"], ["--device", "cuda"], ["--instance", "trn9.huge"],
+                      ["--layers", "0"]]
+
+
+def _error_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("error:")]
+
+
+def test_a_bad_plan_flag_after_a_good_plan_leaves_its_files(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(["plan", "bert-large-uncased", "--seq-len", "128", "--out", str(out)]) == ExitCode.SUCCESS
+    good = _files(tmp_path)
+    assert set(good) == {"plan.json", "plan.html"}
+    for bad in PLAN_BAD_FLAGS:
+        capsys.readouterr()
+        assert main(["plan", "bert-large-uncased", "--out", str(out), *bad]) == ExitCode.USER_ERROR, bad
+        assert _files(tmp_path) == good, bad
+        assert len(_error_lines(capsys.readouterr().err)) == 1, bad
+
+
+def test_a_bad_coverage_flag_after_a_good_sweep_leaves_its_files(tmp_path, capsys):
+    """The good sweep is one whose architectures are all in its log already (no worker starts)."""
+    import json
+
+    from torch_neuronx.coverage.probe import CHECKS
+    from torch_neuronx.coverage.sweep import ResultLog
+
+    passed = {c: {"ok": True} for c in CHECKS}
+    result = {"model_type": "llama", "status": "pass", "device_checks": passed, "cpu": passed}
+    ResultLog(tmp_path / "results.jsonl", {"device": "neuron", "lowering": True, "compiled": False},
+              resume=False).add(result)
+    assert main(["coverage", "--only", "llama", "--resume", "--out", str(tmp_path)]) == ExitCode.SUCCESS
+    good = _files(tmp_path)
+    assert json.loads(good["coverage.json"])["results"] == [result]
+    for bad in COVERAGE_BAD_FLAGS:
+        capsys.readouterr()
+        assert main(["coverage", "--only", "llama", "--out", str(tmp_path), *bad]) == ExitCode.USER_ERROR, bad
+        assert _files(tmp_path) == good, bad
+        assert len(_error_lines(capsys.readouterr().err)) == 1, bad

@@ -128,7 +128,7 @@ class _CacheStep(nn.Module):
 
 def test_warm_graph_reuses_input_aliases_and_sees_inputs_mutated_or_reallocated():
     """Parameters and the cache are the same tensors every call: their CPU aliases are built
-    once (issue 20). Memory changed in place is seen through them; a position that now holds
+    once. Memory changed in place is seen through them; a position that now holds
     other memory (``.data =`` , ``set_``, a freed and reallocated tensor) gets a fresh alias."""
     from torch_neuronx.compile.aliased_execution import input_alias_counts
 

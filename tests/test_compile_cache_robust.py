@@ -1,4 +1,4 @@
-"""Compile caches degrade, they never break a job (issue 18, "Caches degrade").
+"""Compile caches degrade, they never break a job.
 
 Each run is a fresh interpreter (in-process caches must not hide the disk).
 """

@@ -5,7 +5,7 @@ from C++ for each eager kernel signature new to the process. An eager op can run
 frame hook is active: the instruction a compiled function breaks its graph on runs eagerly in
 the transformed frame (``.item()``, ``nonzero``, a call Dynamo cannot trace). Each frame the C++
 starts then is a new frame to Dynamo, which compiled the callback once per op name until its
-recompile limit (issue 29, seen with Qwen4-exp's static-cache ``generate``).
+recompile limit (seen with Qwen4-exp's static-cache ``generate``).
 """
 from __future__ import annotations
 

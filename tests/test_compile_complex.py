@@ -6,9 +6,9 @@ import torch
 import torch._dynamo
 
 import torch_neuronx
-from torch_neuronx.compile import stablehlo
+from torch_neuronx.compile.lowering import lower
 
-pytestmark = pytest.mark.skipif(not stablehlo.available(), reason="torch-mlir not installed")
+pytestmark = pytest.mark.skipif(not lower.available(), reason="torch-mlir not installed")
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +72,7 @@ def test_complex_inputs_outputs_and_conj_match_cpu():
 def test_real_pair_graph_computes_what_the_complex_graph_does():
     """The graph lowered (real pairs in and out) gives the complex graph's values, run on CPU."""
     from torch.fx.experimental.proxy_tensor import make_fx
-    from torch_neuronx.compile.complex_decompose import as_real_pairs
+    from torch_neuronx.compile.lowering.decompositions.complex_values import as_real_pairs
 
     def mixed(a: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         return torch.cat([a * r, a.conj().unsqueeze(0).expand(2, 4, 3).sum(0)], dim=-1) - 1j

@@ -52,7 +52,7 @@ def base_model() -> LlamaForCausalLM:
 @pytest.fixture(scope="module")
 def training_model() -> LlamaForCausalLM:
     """A one-layer tiny Llama with eager attention, for the tests that train: its backward is
-    the one Issue 29 broke (Inductor's prims.fma), and the training tests then share its graphs.
+    holds Inductor's prims.fma, which torch-mlir cannot lower, and the training tests then share its graphs.
     It is the coverage sweep's Llama (``torchneuron coverage --only llama --compiled --layers 1``,
     a later job on the background lane: tests/test_coverage.py), and the training loop feeds it the
     sweep's batch, so the sweep's eager ``compiled_backward`` finds both graphs in the session's
@@ -113,7 +113,7 @@ def test_static_cache_generate_uses_compiled_forward(base_model):
 
 
 def test_warm_compiled_decode_steps_alias_no_parameter_or_cache_tensor_again(base_model):
-    """Issue 20: a compiled decode step takes every parameter and static-cache tensor as an
+    """A compiled decode step takes every parameter and static-cache tensor as an
     input; each further step reuses their CPU aliases and builds new ones only for the step's
     new tensors (tensors made once per generate() call are aliased on its first step)."""
     from torch_neuronx.compile.aliased_execution import input_alias_counts
@@ -229,9 +229,9 @@ def test_trainer_with_torch_compile_selects_neuron_backend(training_model, tmp_p
     torch.testing.assert_close(compiled_losses, eager_losses, rtol=1e-3, atol=1e-3)
 
 
-# Issue 29: since graph lowering became the default, eager attention's backward (Inductor's
-# prims.fma) and sliding-window / MoE static-cache decoding (fmod.Scalar, unsorted topk) failed
-# to compile. One architecture per code path, each against the same computation on CPU (Qwen2's
+# With graph lowering on by default, eager attention's backward (Inductor's prims.fma) and
+# sliding-window / MoE static-cache decoding (fmod.Scalar, unsorted topk) need their rewrites to
+# compile. One architecture per code path, each against the same computation on CPU (Qwen2's
 # attention is Llama's eager_attention_forward with biased q/k/v projections: Llama's case covers it).
 # Llama's eager-attention training step is the training loop's first (test_training_loop_...).
 NO_DROPOUT = {"gpt2": {"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}}  # masks differ by RNG

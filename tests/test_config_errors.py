@@ -1,4 +1,4 @@
-"""A bad environment variable never breaks ``import torch`` (issue 18).
+"""A bad environment variable never breaks ``import torch``.
 
 Every script imports torch, CPU-only ones included, and the backend autoload
 imports us with it: a bad value of one of our variables must let the import
@@ -149,8 +149,8 @@ CALIBRATIONS = {  # file name: (text, the end of the one-line error)
 
 
 def test_bad_calibration_file_never_breaks_import_and_is_one_line_where_used(tmp_path):
-    """Issue 25: a calibration file the projection cannot use broke ``import torch``; a NaN one
-    gave NaN device times, then a TypeError at the end of a plan."""
+    """A calibration file the projection cannot use never breaks ``import torch``, and a NaN one
+    never gives NaN device times or a TypeError at the end of a plan: one line where it is used."""
     for name, (text, _) in CALIBRATIONS.items():
         if text is not None:
             (tmp_path / name).write_text(text)

@@ -193,7 +193,7 @@ def test_an_unsupported_attention_implementation_is_not_a_failure():
 
 
 def test_failure_classification_walks_the_exception_chain():
-    from torch_neuronx.compile.stablehlo import LoweringError
+    from torch_neuronx.compile.lowering.errors import LoweringError
     from torch_neuronx.coverage.compiled import classify_failure
 
     def raised(inner):

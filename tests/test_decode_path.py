@@ -1,4 +1,4 @@
-"""Static-cache decoding on neuron (issue 20): it gives CPU's tokens, and every
+"""Static-cache decoding on neuron: it gives CPU's tokens, and every
 op it runs takes the unboxed fast path (csrc/aten/FastPathRoutes.cpp) or is listed
 below with the reason it does not."""
 import torch

@@ -1,7 +1,7 @@
 """Lists in the docs that are data must match the code: the fast-path ops and the
 ops routed to their CPU kernel instead of a decomposition (docs/device.md); the test files
-tests/README.md maps and its "fast" tier, which must be the Makefile's FAST_TESTS.
-(The settings table is checked in test_settings.py.)"""
+tests/README.md maps and its "fast" tier, which must be the Makefile's FAST_TESTS; the README's
+example, which must run as written. (The settings table is checked in test_settings.py.)"""
 import re
 from pathlib import Path
 
@@ -106,3 +106,27 @@ def test_tests_readme_maps_every_test_file():
     assert sorted(files - set(tiers)) == [], "test files tests/README.md does not map"
     assert sorted(p for p in set(tiers) - files if not (REPO / p).is_file()) == [], \
         "tests/README.md maps files that do not exist"
+
+
+def _readme() -> str:
+    return (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def test_readme_example_runs_as_written(capsys, private_neff_cache):
+    """The README's example is what a newcomer pastes first: it runs unchanged, and run again it
+    compiles nothing new (the signatures its first run compiled are found), as its text says."""
+    blocks = re.findall(r"^```python\n(.*?)^```", _readme(), re.S | re.M)
+    assert len(blocks) == 1, "the README has one Python example"
+    compiled = []
+    for _ in range(2):
+        exec(compile(blocks[0], "README.md example", "exec"), {"__name__": "readme_example"})
+        loss_line, kernels_line = capsys.readouterr().out.strip().splitlines()
+        assert re.fullmatch(r"loss \d+\.\d{3}, device memory \d+\.\d MiB", loss_line), loss_line
+        compiled.append(int(kernels_line.rsplit(":", 1)[1]))
+    assert compiled[0] > 0 and compiled[1] == compiled[0]
+
+
+def test_readme_and_benchmarks_page_stay_short():
+    """Read as a newcomer reads them: what it is and how to use it, not how it was measured."""
+    assert len(_readme().splitlines()) <= 120
+    assert len((REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8").splitlines()) <= 250

@@ -1,6 +1,6 @@
-"""benchmarks.eager_instructions: the measured loops run on both devices and count only themselves.
+"""tools.eager_instructions: the measured loops run on both devices and count only themselves.
 
-The instruction counts need valgrind and minutes (``python -m benchmarks.eager_instructions``);
+The instruction counts need valgrind and minutes (``python -m tools.eager_instructions``);
 here the child's workloads run without it and the counting switch is checked to bracket them.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks import eager_instructions
+from tools import eager_instructions
 
 
 @pytest.mark.parametrize("workload", eager_instructions.OPS)

@@ -323,7 +323,7 @@ def test_fast_path_keeps_device_rules():
 
 # The hottest TensorIterator ops against CPU across dtypes and operand kinds: another dtype, a
 # Python number, 0-dim CPU tensors, broadcasting, in place (the cases a kernel run on the device
-# memory itself would have to tell apart; docs/benchmarks.md, ninth round).
+# memory itself would have to tell apart).
 TENSOR_ITERATOR_OPS = {
     "add": lambda a, b: torch.add(a, b, alpha=2) if a.dtype != torch.bool else a + b,
     "add_": lambda a, b: a.add_(b),
@@ -585,7 +585,7 @@ def test_sdpa_takes_the_fused_kernel_and_matches_cpu(is_causal):
 
 def test_sdpa_with_a_mask_that_requires_grad_takes_cpus_choice_and_differentiates():
     """CPU's flash kernel has no gradient for attn_mask, so CPU picks math for
-    a mask that requires grad; neuron must choose the same (issue 18)."""
+    a mask that requires grad; neuron must choose the same."""
     q, k, v = _sdpa_inputs()
     mask = torch.randn(2, 1, 16, 16, requires_grad=True)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)

@@ -1,4 +1,4 @@
-"""What Dynamo and AOTAutograd put in a graph lowers to StableHLO (issue 29).
+"""What Dynamo and AOTAutograd put in a graph lowers to StableHLO.
 
 Graph lowering is on by default, so an op that torch-mlir cannot lower fails
 ``torch.compile(backend="neuron")``. These ops reached torch-mlir only
@@ -31,7 +31,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import children
 import torch_neuronx
-from torch_neuronx.compile import stablehlo
+from torch_neuronx.compile.lowering import decompositions, lower
 
 pytest.importorskip("torch_mlir")
 from torch._inductor import inductor_prims  # noqa: E402  (defines prims.fma)
@@ -55,10 +55,10 @@ def test_a_graph_holding_prims_fma_lowers_to_multiply_and_add():
     a, b, c = torch.randn(4, 8), torch.randn(4, 1), torch.randn(4, 8)
     gm = make_fx(lambda a, b, c: inductor_prims.fma(a, b, c) * 2)(a, b, c)
     assert inductor_prims.fma in _targets(gm)
-    lowered = stablehlo.lower_fx_graph(gm)
+    lowered = lower.lower_fx_graph(gm)
     assert "stablehlo.multiply" in lowered.text and "stablehlo.add" in lowered.text
-    torch.testing.assert_close(stablehlo.decomposed(gm)(a, b, c), (a * b + c) * 2)
-    assert inductor_prims.fma not in _targets(stablehlo.decomposed(gm))
+    torch.testing.assert_close(decompositions.decomposed(gm)(a, b, c), (a * b + c) * 2)
+    assert inductor_prims.fma not in _targets(decompositions.decomposed(gm))
 
 
 def test_a_graph_holding_prims_rev_lowers_to_a_reverse():
@@ -66,8 +66,8 @@ def test_a_graph_holding_prims_rev_lowers_to_a_reverse():
     x = torch.randn(3, 4, 5)
     gm = make_fx(lambda t: torch.ops.prims.rev(t, [0, 2]) * 2)(x)
     assert torch.ops.prims.rev.default in _targets(gm)
-    assert "stablehlo.reverse" in stablehlo.lower_fx_graph(gm).text
-    torch.testing.assert_close(stablehlo.decomposed(gm)(x), x.flip(0, 2) * 2)
+    assert "stablehlo.reverse" in lower.lower_fx_graph(gm).text
+    torch.testing.assert_close(decompositions.decomposed(gm)(x), x.flip(0, 2) * 2)
 
 
 def test_a_compiled_flip_and_its_backward_lower_and_match_cpu():
@@ -99,8 +99,8 @@ def test_a_graph_holding_histc_lowers_and_counts_as_the_cpu_kernel(x, bins, low,
     """The real product's compile table decomposes ``histc`` (the MoE routers' token counts)."""
     gm = make_fx(lambda t: torch.histc(t, bins, low, high) * 1)(x)
     assert torch.ops.aten.histc.default in _targets(gm)
-    assert "stablehlo.scatter" in stablehlo.lower_fx_graph(gm).text
-    torch.testing.assert_close(stablehlo.decomposed(gm)(x), torch.histc(x, bins, low, high), rtol=0, atol=0)
+    assert "stablehlo.scatter" in lower.lower_fx_graph(gm).text
+    torch.testing.assert_close(decompositions.decomposed(gm)(x), torch.histc(x, bins, low, high), rtol=0, atol=0)
 
 
 def test_a_compiled_moe_token_count_on_integers_lowers_and_matches_cpu():
@@ -138,8 +138,8 @@ def test_a_graph_holding_conv1d_backward_lowers_and_matches_autograd(channels, o
                                                    [padding], [dilation], False, [0], groups, [True, True, bias])
 
     gm = make_fx(backward)(grad_y, x.detach(), w.detach())
-    assert "stablehlo.convolution" in stablehlo.lower_fx_graph(gm).text
-    got = stablehlo.decomposed(gm)(grad_y, x.detach(), w.detach())
+    assert "stablehlo.convolution" in lower.lower_fx_graph(gm).text
+    got = decompositions.decomposed(gm)(grad_y, x.detach(), w.detach())
     torch.testing.assert_close(got[0], x.grad)
     torch.testing.assert_close(got[1], w.grad)
     if bias:
@@ -205,8 +205,8 @@ def test_foreach_op_lowers_and_its_decomposition_matches_the_op(name, fn):
     gm = make_fx(fn)(xs, ys)
     op_names = {str(t) for t in _targets(gm)}
     assert f"aten.{name}" in op_names  # the foreach op itself reaches the lowering
-    assert stablehlo.lower_fx_graph(gm).op_count > 0
-    decomposed = stablehlo.decomposed(gm)
+    assert lower.lower_fx_graph(gm).op_count > 0
+    decomposed = decompositions.decomposed(gm)
     assert not any("_foreach_" in str(t) for t in _targets(decomposed))
     torch.testing.assert_close(decomposed(*xs, *ys), fn(xs, ys))  # the graph takes the tensors flat
 
@@ -218,8 +218,8 @@ def test_fmod_with_a_python_scalar_lowers_and_keeps_its_dtype(dtype, scalar):
     x = (torch.arange(-6, 10) * 3).to(dtype)
     gm = make_fx(lambda t: torch.fmod(t + 1, scalar))(x)
     assert torch.ops.aten.fmod.Scalar in _targets(gm)
-    stablehlo.lower_fx_graph(gm)
-    out = stablehlo.decomposed(gm)(x)
+    lower.lower_fx_graph(gm)
+    out = decompositions.decomposed(gm)(x)
     expected = torch.fmod(x + 1, scalar)
     assert out.dtype == expected.dtype
     torch.testing.assert_close(out, expected)
@@ -232,8 +232,8 @@ def test_fmod_with_a_python_scalar_lowers_and_keeps_its_dtype(dtype, scalar):
 def test_bitwise_ops_with_a_python_scalar_lower(fn):
     x = torch.arange(16, dtype=torch.int32)
     gm = make_fx(fn)(x)
-    stablehlo.lower_fx_graph(gm)
-    torch.testing.assert_close(stablehlo.decomposed(gm)(x), fn(x))
+    lower.lower_fx_graph(gm)
+    torch.testing.assert_close(decompositions.decomposed(gm)(x), fn(x))
 
 
 def test_unsorted_topk_lowers_as_sorted():
@@ -241,16 +241,16 @@ def test_unsorted_topk_lowers_as_sorted():
     and a sorted result is a valid unsorted one."""
     x = torch.randn(4, 8)
     gm = make_fx(lambda t: torch.topk(t, 3, sorted=False).values.sum(-1))(x)
-    stablehlo.lower_fx_graph(gm)
-    torch.testing.assert_close(stablehlo.decomposed(gm)(x), torch.topk(x, 3).values.sum(-1))
+    lower.lower_fx_graph(gm)
+    torch.testing.assert_close(decompositions.decomposed(gm)(x), torch.topk(x, 3).values.sum(-1))
 
 
 def test_a_failure_naming_only_a_constant_is_traced_to_the_op(monkeypatch):
     """Without its decomposition, torch-mlir fails ``fmod.Scalar`` naming only the
     ``torch.constant.int`` it left unconverted; the compile error names the op."""
-    table = {k: v for k, v in stablehlo._graph_op_decompositions().items()
+    table = {k: v for k, v in decompositions.graph_op_decompositions().items()
              if k is not torch.ops.aten.fmod.Scalar}
-    monkeypatch.setattr(stablehlo, "_graph_op_decompositions", lambda: table)
+    monkeypatch.setattr(decompositions, "graph_op_decompositions", lambda: table)
     fn = torch.compile(lambda x: torch.fmod(x * 3, 8), backend="neuron")
     with pytest.raises(Exception) as info:
         fn(torch.arange(16).to("neuron"))
@@ -305,8 +305,8 @@ COMPILE_FAILS = textwrap.dedent("""
 BACKWARD_FAILS = textwrap.dedent("""
     import sys, torch, torch_neuronx
     from torch._inductor import inductor_prims
-    from torch_neuronx.compile import stablehlo
-    stablehlo._graph_op_decompositions().pop(inductor_prims.fma)  # the issue's backward failure, back
+    from torch_neuronx.compile.lowering import decompositions
+    decompositions.graph_op_decompositions().pop(inductor_prims.fma)  # without the rewrite the backward fails
     model = torch.nn.Linear(8, 8).to("neuron")
     fn = torch.compile(lambda x: torch.softmax(model(x), -1).pow(2).sum(), backend="neuron")
     x = torch.rand(4, 8, device="neuron", requires_grad=True)
@@ -358,7 +358,7 @@ def test_a_backward_compile_error_then_a_normal_exit_returns_the_scripts_own_cod
         assert done.returncode == 7 and "terminate called" not in done.stderr, done.stderr[-2000:]
 
 
-# index_put, as the real product's compile table writes it (compile/index_put.py): a where for one
+# index_put, as the real product's compile table writes it (compile/lowering/decompositions/index_put.py): a where for one
 # boolean mask and one value, else a scatter (a scatter-add when accumulating) of the flat positions.
 _INDEX_PUT_SEED = torch.Generator().manual_seed(7)
 _INDEX_PUT_BASE = torch.randn(4, 5, 6, generator=_INDEX_PUT_SEED)
@@ -380,7 +380,7 @@ _INDEX_PUT_CASES = {  # indices, values, accumulate
 def test_index_put_is_decomposed_as_the_product_does_lowers_and_matches_the_op(case):
     """torch-mlir fails a boolean-mask ``index_put`` (Gemma 3's ``ids[mask] = 0``: a
     ``torch.constant.int`` left); the graph AOTAutograd makes for this backend holds none."""
-    from torch_neuronx.compile.backend import aot_decompositions
+    from torch_neuronx.compile.lowering.decompositions import aot_decompositions
 
     indices, values, accumulate = _INDEX_PUT_CASES[case]
 
@@ -390,7 +390,7 @@ def test_index_put_is_decomposed_as_the_product_does_lowers_and_matches_the_op(c
     gm = make_fx(put, decomposition_table=aot_decompositions())(_INDEX_PUT_BASE, values)
     assert not _targets(gm) & {torch.ops.aten.index_put.default, torch.ops.aten._unsafe_index_put.default}
     masked = indices[-1].dtype == torch.bool
-    assert ("stablehlo.select" if masked else "stablehlo.scatter") in stablehlo.lower_fx_graph(gm).text
+    assert ("stablehlo.select" if masked else "stablehlo.scatter") in lower.lower_fx_graph(gm).text
     exact = {} if accumulate else {"rtol": 0, "atol": 0}  # repeated positions may add in another order
     torch.testing.assert_close(gm(_INDEX_PUT_BASE, values), put(_INDEX_PUT_BASE, values), **exact)
 

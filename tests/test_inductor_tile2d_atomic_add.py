@@ -1,4 +1,4 @@
-"""Inductor's 2-D tiled CPU kernels with an accumulating store (issue 29, Falcon's wrong gradients).
+"""Inductor's 2-D tiled CPU kernels with an accumulating store (Falcon's wrong gradients).
 
 Inductor 2.13 builds a 2-D tiled kernel when a fused input is read transposed; its
 atomic add then rewrites the store index twice (``x1 + 2*x1_inner``): wrong sums, or
@@ -7,7 +7,7 @@ that store (compile/tile2d_atomic_add.py) and keeps Inductor's vectorization.
 
 Plain ``backend="inductor"``: the backward of heads picked by a list index and read back
 transposed through a matmul accumulates with ``index_put``. ``backend="neuron"`` decomposes
-``index_put`` into ``scatter_add`` (compile/index_put.py), which Inductor hands to ATen on a
+``index_put`` into ``scatter_add`` (compile/lowering/decompositions/index_put.py), which Inductor hands to ATen on a
 multi-threaded CPU, so that graph no longer reaches the store there; an embedding's backward
 does (Inductor's ``embedding_dense_backward`` is ``_unsafe_masked_index_put_accumulate``, an
 atomic-add scatter), tiled when its output's gradient sums transposed and untransposed parts.

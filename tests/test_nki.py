@@ -397,7 +397,7 @@ def test_out_of_bounds_index_without_mask_is_reported():
 
 
 def _row_sums(access):
-    """A kernel summing each row of what ``access(a, tile)`` selects (issue 25's reproductions)."""
+    """A kernel summing each row of what ``access(a, tile)`` selects (the access patterns that once read the wrong elements)."""
     @nki.jit
     def row_sums(a):
         tile = nl.load(a[:, 0:256])

@@ -117,7 +117,7 @@ def test_project_training_and_the_performance_html(projector):
 
 
 def test_compiled_figures_carry_the_published_band_and_eager_ones_say_why(projector):
-    """Issue 24 item 5: the pilot's projected figures of compiled requests carry the plan's
+    """The pilot's projected figures of compiled requests carry the plan's
     leave-one-out band (TTFT: the prefill figure's; per token, requests and their cost: the
     decode figure's); eager ones carry none, with the reason, in report data, summary and HTML."""
     perf = _projected_performance(projector, price_per_hour=3.6)

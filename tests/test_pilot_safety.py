@@ -1,6 +1,6 @@
 """`torchneuron pilot` under bad input and interrupts: never PASSED for the wrong model, never a user's file lost.
 
-Each test reproduces one case of issue 18; the bad-input ones stop before any model runs.
+Each test reproduces one case of bad input or interruption; the bad-input ones stop before any model runs.
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_a_checkpoint_without_its_lm_head_is_not_a_causal_lm(tmp_path, capsys):
     BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                          vocab_size=64)).save_pretrained(ckpt)
     assert main(["pilot", str(ckpt), "--out", str(tmp_path / "out"), *MINIMAL]) == 2
-    report = _strict_json(tmp_path / "out" / "report.json")
+    report = _strict_json(tmp_path / "out" / "report.error.json")
     assert report["error"]["kind"] == "not_causal_lm" and report["status"] == "error"
     assert "cls.predictions" in report["error"]["message"]  # the missing head, named
     assert "pooler.dense" in report["error"]["message"]  # and the unused weights
@@ -75,7 +75,7 @@ def test_a_tokenizer_that_cannot_encode_the_text_fails_the_run(tmp_path):
     words.pre_tokenizer = pre_tokenizers.Whitespace()
     ckpt = _llama_checkpoint(tmp_path / "model", PreTrainedTokenizerFast(tokenizer_object=words, unk_token="<unk>"))
     assert main(["pilot", str(ckpt), "--out", str(tmp_path / "out"), *MINIMAL]) == 2
-    report = _strict_json(tmp_path / "out" / "report.json")
+    report = _strict_json(tmp_path / "out" / "report.error.json")
     assert report["error"]["kind"] == "bad_tokenizer" and report["error"]["step"] == "inputs"
     assert "unknown token" in report["error"]["message"]
 
@@ -95,7 +95,7 @@ def test_a_truncated_tokenizer_falls_back_visibly_and_an_oom_in_the_last_step_ke
     cfg = PilotConfig(model=str(ckpt), batch_size=1, seq_lens=(8,), gen_tokens=2, iters=2, train_steps=1,
                       out=tmp_path / "out")
     assert run_pilot(cfg, ui) == 2
-    report = _strict_json(tmp_path / "out" / "report.json")
+    report = _strict_json(tmp_path / "out" / "report.error.json")
     validate_report(report)
     assert report["error"]["kind"] == "out_of_memory" and report["error"]["step"] == "cost"
     steps = report["steps"]
@@ -114,7 +114,7 @@ def test_a_truncated_tokenizer_falls_back_visibly_and_an_oom_in_the_last_step_ke
                                            ("--price-per-hour", "-inf"), ("--hbm-per-core", "nan")])
 def test_non_finite_numbers_are_rejected(tmp_path, capsys, option, value):
     assert main(["pilot", "--out", str(tmp_path), f"{option}={value}"]) == 2
-    report = _strict_json(tmp_path / "report.json")
+    report = _strict_json(tmp_path / "report.error.json")
     assert report["error"]["kind"] == "bad_input" and option in report["error"]["message"]
     assert "finite" in _error_lines(capsys.readouterr().err)[0]
 
@@ -201,23 +201,25 @@ def test_sigterm_during_a_rerun_exits_143_and_keeps_the_previous_report(tmp_path
     assert not list(out.glob(STAGING_PREFIX + "*"))
 
 
-def test_a_complete_rerun_replaces_every_file_of_the_previous_run(tmp_path, monkeypatch):
-    """Publishing is all or nothing: no stale checkpoint or interrupted report beside a new report."""
+def test_a_run_that_stops_on_an_error_keeps_the_last_complete_run(tmp_path):
+    """Its report goes beside the previous run's files, which stay byte for byte."""
     out = tmp_path / "out"
     _previous_run(out)
     (out / "checkpoint").mkdir()
-    (out / "checkpoint" / "stale.bin").write_text("old")
-    (out / INTERRUPTED).write_text("{}")
-    (out / "mine.txt").write_text("a file of the user's")
+    (out / "checkpoint" / "model.safetensors").write_bytes(b"weights")
+    before = _listing(out)
     ui, _, _ = _quiet()
     cfg = PilotConfig(model="/nonexistent/model", out=out)  # ends at once with an error report
     assert run_pilot(cfg, ui) == 2
-    assert sorted(p.name for p in out.iterdir()) == ["mine.txt", "report.html", "report.json"]
-    assert _strict_json(out / "report.json")["status"] == "error"
+    assert {k: v for k, v in _listing(out).items() if not k.startswith("report.error.")} == before
+    assert _strict_json(out / "report.error.json")["error"]["kind"] == "bad_input"
+    assert (out / "report.error.html").is_file() and not list(out.glob(STAGING_PREFIX + "*"))
 
 
 # ---------------------------------------------------------------- configuration errors are one line
-def test_a_configuration_error_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch):
+def test_a_configuration_error_is_one_line_and_exit_2(capsys, monkeypatch):
+    """A ``ConfigError`` a command raises is one line (every command and variable, through the real
+    path, in test_cli_config_errors.py)."""
     from torch_neuronx.cli import info
     from torch_neuronx.runtime.errors import ConfigError
 
@@ -229,16 +231,11 @@ def test_a_configuration_error_is_one_line_and_exit_2(tmp_path, capsys, monkeypa
     printed = capsys.readouterr()
     assert _error_lines(printed.err) == ["error: TORCHNEURON_64BIT='maybe' is not a boolean; use 1/0, true/false, "
                                          "yes/no or on/off"] and "Traceback" not in printed.out + printed.err
-    monkeypatch.setattr("torch_neuronx.pilot.procedure.resolve_device", bad_environment)
-    assert main(["pilot", "--out", str(tmp_path)]) == 2
-    report = _strict_json(tmp_path / "report.json")
-    assert report["error"]["kind"] == "bad_input" and "TORCHNEURON_64BIT" in report["error"]["message"]
-    assert len(_error_lines(capsys.readouterr().err)) == 1
 
 
 def test_a_full_disk_keeps_the_previous_report_in_one_line(tmp_path):
-    """Issue 25: on a full disk the pilot kept the old report but ended in a traceback, exit 1,
-    and left its staging folder. A file-size limit stands in for the full disk (EFBIG); the
+    """On a full disk the pilot keeps the old report and ends in one line, without a traceback
+    and without leaving its staging folder. A file-size limit stands in for the full disk (EFBIG); the
     limited run is a child process, since the limit holds for a whole process."""
     from transformers import BertConfig, BertModel
 
@@ -256,3 +253,105 @@ def test_a_full_disk_keeps_the_previous_report_in_one_line(tmp_path):
                                  "is kept"] and "Traceback" not in err
     assert (out / "report.json").read_text() == '{"previous": true}'
     assert sorted(p.name for p in out.iterdir()) == ["report.json"]  # no staging folder left
+
+
+# ---------------------------------------------------------------- a plain checkpoint, then reruns
+STALE = {"checkpoint/stale.bin": b"old", INTERRUPTED: b"{}", "report.error.json": b"{}",
+         "report.error.html": b"<html></html>"}
+
+
+@pytest.fixture(scope="module")
+def gpt2_run(tmp_path_factory):
+    """A GPT-2 saved with ``save_pretrained`` alone (no tokenizer files), piloted into an --out that
+    holds a stale run's files and one of the user's. The checkpoint step's fresh process runs in
+    this one (the subject here is the report and the files)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    root = tmp_path_factory.mktemp("gpt2-run")
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2, n_positions=64, vocab_size=320)).save_pretrained(
+        root / "my-gpt2")
+    out = root / "out"
+    for name, data in {**STALE, "mine.txt": b"a file of the user's"}.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_bytes(data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fresh_process, "run_in_child", lambda request, timeout: fresh_process.run(request))
+        code = main(["pilot", str(root / "my-gpt2"), "--out", str(out), "--batch-size", "1", "--seq-lens", "8", "12",
+                     "--gen-tokens", "2", "--iters", "2", "--train-steps", "2", "--price-per-hour", "2.0"])
+    return code, root, out
+
+
+def test_a_checkpoint_without_tokenizer_files_runs_on_the_byte_level_tokenizer(gpt2_run):
+    code, _, out = gpt2_run
+    report = _strict_json(out / "report.json")
+    assert code == 0, report["summary"]["failed_checks"]
+    inputs = report["steps"]["inputs"]
+    assert inputs["data"]["tokenizer"] == "byte-level (built-in)"
+    assert "no tokenizer files" in inputs["data"]["tokenizer_note"] and "byte-level" in inputs["summary"]
+    assert report["model"]["architecture"] == "GPT2LMHeadModel"
+
+
+def test_a_complete_run_replaces_every_file_of_the_previous_one(gpt2_run):
+    """Publishing is all or nothing: no stale checkpoint file, interrupted or error report beside it."""
+    _, _, out = gpt2_run  # --out held a stale checkpoint file, interrupted and error reports
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint", "inputs.json", "mine.txt", "projected-trace.json",
+                                                     "report.html", "report.json"]
+    assert not (out / "checkpoint" / "stale.bin").exists() and (out / "mine.txt").read_bytes() == b"a file of the user's"
+
+
+@pytest.mark.parametrize("bad", [["--dtype", "bf61"], ["--seq-lens", "1"], ["--instance", "trn9.mega"],
+                                 ["MODEL-TYPO"], ["--batch-size", "two"]])
+def test_a_bad_rerun_leaves_the_good_run_byte_for_byte(gpt2_run, bad, capsys):
+    _, root, out = gpt2_run
+    good = _listing(out)
+    model = [str(root / "my-gtp2")] if bad == ["MODEL-TYPO"] else [str(root / "my-gpt2"), *bad]
+    assert main(["pilot", *model, "--out", str(out)]) == 2
+    errors = _error_lines(capsys.readouterr().err)
+    assert len(errors) == 1, errors
+    if bad == ["MODEL-TYPO"]:
+        assert f"did you mean {str(root / 'my-gpt2')!r}" in errors[0]
+    after = _listing(out)
+    assert {k: v for k, v in after.items() if not k.startswith("report.error.")} == good
+    for name in ("report.error.json", "report.error.html"):
+        (out / name).unlink(missing_ok=True)
+
+
+def _basis_counts(basis: str) -> tuple[int, int]:
+    """(programs, StableHLO ops) as the projected compile's basis sentence states them."""
+    import re
+
+    found = re.match(r"(\d+) neuronx-cc programs .*\((\d+) StableHLO ops where lowered", basis)
+    assert found, basis
+    return int(found.group(1)), int(found.group(2))
+
+
+def test_every_figure_the_report_shows_twice_is_the_same(gpt2_run):
+    """One count of compiled programs and of lowered ops; the cost step's figures are the other
+    steps'; host seconds of the emulated device are never priced (only projected ones are)."""
+    _, _, out = gpt2_run
+    report = _strict_json(out / "report.json")
+    steps = {name: step["data"] for name, step in report["steps"].items()}
+    eager = steps["compilation"]["modes"]["eager"]
+    projected, lowering = eager["projected_compile"], eager["lowering"]
+    cold = [shape["cold"] for shape in eager["shapes"].values()]
+    # Every distinct signature of the cold calls, once: what a first run compiles. This process ran
+    # kernels before (a user's fresh one would compile exactly these: misses + disk hits).
+    assert projected["programs"] == projected["eager_kernels"] == lowering["signatures"]
+    assert sum(c["kernel_compilations"] + c["kernel_disk_hits"] for c in cold) <= projected["programs"]
+    assert max(c["kernel_signatures"] for c in cold) <= projected["programs"] <= sum(c["kernel_signatures"] for c in cold)
+    assert projected["stablehlo_ops"] == sum(lowering["stablehlo_ops_per_op"].values()) > 0
+    assert _basis_counts(projected["basis"]) == (projected["programs"], projected["stablehlo_ops"])
+    cost, performance = steps["cost"], steps["performance"]
+    assert cost["compile_overhead"]["projected_first_run"]["eager"]["seconds"] == projected["seconds"]
+    longest = max(performance["generation"]["eager"]["shapes"], key=int)
+    request = performance["generation"]["eager"]["shapes"][longest]["projected"]["request_seconds"]["p50"]
+    assert cost["projected"]["generation"]["eager"]["seconds"] == pytest.approx(request)
+    assert cost["projected"]["training_run"]["total_usd"] == performance["projected_training"]["cost"]["total_usd"]
+    assert cost["finetune"]["seconds"] == pytest.approx(sum(steps["finetune"]["device_step_seconds"]))
+    assert performance["train_samples_per_second"] == steps["finetune"]["train_samples_per_second"]
+    assert cost["price_per_hour_usd"] == report["environment"]["instance"]["price_per_hour_usd"] == 2.0
+    host = [cost["generation"]["eager"], cost["finetune"]]
+    assert all(job["cost_usd"] is None for job in host) and cost["compile_overhead"]["measured_cold_cost_usd"] is None
+    dollars = f"${cost['projected']['generation']['eager']['cost_per_million_tokens_usd']:.4f}"
+    assert report["steps"]["cost"]["summary"].startswith(f"projected: eager: {dollars} per 1M generated tokens")

@@ -8,6 +8,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from torch_neuronx.pilot.report import STEP_ORDER, Check, Report, ReportSchemaError, StepSection, to_json_text
 from torch_neuronx.pilot.report.html import render_html
@@ -51,7 +52,7 @@ def _finetune():
 
 
 def test_cost_is_measured_seconds_times_the_hourly_price():
-    result = cost.run(cost.price_for("neuron", 3.6, "trn2.3xlarge"), "measured on neuron", 5, "neuron",
+    result = cost.run(cost.price_for("cuda", 3.6, None), "measured on cuda", 5, "cuda",
                       _compilation(), _performance(), _finetune())
     job = result.generation["eager"]
     # the largest shape (16) at p50: TTFT + (gen_tokens - 1) per-token latencies
@@ -65,7 +66,20 @@ def test_cost_is_measured_seconds_times_the_hourly_price():
     assert overhead["measured_cold_cost_usd"] == pytest.approx(4.0 * 3.6 / 3600)
     assert overhead["projected_first_run"] == {}  # no projector: nothing projected
     assert cost.status(result) is None
-    assert cost.summary(result) == f"eager: ${job['cost_usd']:.6f} per request at $3.60/h (measured on neuron)"
+    assert cost.summary(result) == f"eager: ${job['cost_usd']:.6f} per request at $3.60/h (measured on cuda)"
+
+
+def test_host_time_of_the_emulated_device_is_never_priced():
+    """The emulated device's seconds are the host CPU's: pricing them at the instance's rate would
+    read as a Trainium cost. They are shown unpriced; only projected seconds get a price."""
+    result = cost.run(cost.price_for("neuron", 3.6, "trn2.3xlarge"), "emulated-host time: ...", 5, "neuron",
+                      _compilation(), _performance(), _finetune())
+    job = result.generation["eager"]
+    assert job["seconds"] == pytest.approx(0.2 + 4 * 0.05)
+    assert job["cost_usd"] is None and job["cost_per_million_tokens_usd"] is None
+    assert result.finetune["cost_usd"] is None and result.compile_overhead["measured_cold_cost_usd"] is None
+    assert cost.summary(result) == "not priced: emulated-host time: ..."
+    assert "$" not in cost.summary(result)
 
 
 def test_cost_without_a_price_is_not_available_and_says_why():
@@ -129,3 +143,23 @@ def test_report_json_is_strict_and_keeps_every_section():
     rep.status = "maybe"
     with pytest.raises(ReportSchemaError):
         to_json_text(rep)
+
+
+def test_the_projected_compile_counts_every_graph_the_mode_compiled(monkeypatch):
+    """Compile mode: generation and timing compile graphs after the cold calls (a prefill and a
+    decode step per shape); the projected first-run compile counts all of them, as the dynamo
+    figures beside it do. Eager signatures count once each, sized by their StableHLO if lowered."""
+    graphs = [{"graph_node_count": 40, "stablehlo_op_count": 100}] * 5 + [{"graph_node_count": 7,
+                                                                           "stablehlo_op_count": None}]
+    dynamo = {"dynamo_unique_graphs": 6, "neuron_backend": {"available": True, "graphs_compiled": 6,
+                                                            "compiled_graphs": graphs}}
+    monkeypatch.setattr(compilation.compiler, "dynamo_metrics", lambda: dynamo)
+    result = compilation.CompilationResult(modes={"compile": {"available": True}},
+                                           eager_sizes={"compile": [3, None]})
+    compilation.end_mode_with(result, "compile", torch.device("neuron"))
+    projected = result.modes["compile"]["projected_compile"]
+    assert projected["graphs"] == dynamo["neuron_backend"]["graphs_compiled"] == 6
+    assert projected["eager_kernels"] == 2 and projected["programs"] == 8
+    assert projected["stablehlo_ops"] == 5 * 100 + 3 and projected["kernel_ops"] == 7 + 1
+    assert projected["basis"].startswith("8 neuronx-cc programs") and "(503 StableHLO ops where lowered" in projected["basis"]
+    assert "eager_sizes" not in result.to_data()

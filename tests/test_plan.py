@@ -12,7 +12,8 @@ import torch.distributed as dist
 
 from torch_neuronx.cli.main import main
 from torch_neuronx.plan import Layout, Planner, load_config, per_rank_parameters
-from torch_neuronx.plan.sharding import meta_model, tp_style
+from torch_neuronx.plan.sharding import meta_model
+from torch_neuronx.plan.tp_plan import sharding_of
 from torch_neuronx.testing.tiny_models import tiny_config
 
 GiB = 2**30
@@ -43,9 +44,10 @@ def _real_rank0_parameters(config, tp: int, fsdp: int) -> int:
 
     mesh = init_device_mesh("cpu", (fsdp, tp), mesh_dim_names=("fsdp", "tp"))
     model = meta_model(config)
-    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
-    plan = {name.rsplit(".", 1)[0]: styles[tp_style(config, name)]()
-            for name, _ in model.named_parameters() if tp_style(config, name)}
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel, "vocab": ColwiseParallel}
+    shardings = {name: sharding_of(config, name, tuple(p.shape), "Linear", False, False)
+                 for name, p in model.named_parameters() if not name.endswith("embed_tokens.weight")}
+    plan = {name.rsplit(".", 1)[0]: styles[s.style]() for name, s in shardings.items() if s.style != "replicated"}
     parallelize_module(model, mesh["tp"], plan)
     for layer in model.model.layers:
         fully_shard(layer, mesh=mesh["fsdp"])
@@ -56,39 +58,39 @@ def _real_rank0_parameters(config, tp: int, fsdp: int) -> int:
 def test_tiny_per_rank_parameters_match_real_dtensor_fsdp2_sharding(fake_world):
     config = tiny_config("llama")
     counted = per_rank_parameters(config, tp=2, fsdp=2)
-    assert counted["total"] == sum(p.numel() for p in meta_model(config).parameters())
-    assert counted["per_rank"] == _real_rank0_parameters(config, tp=2, fsdp=2)
+    assert counted.total == sum(p.numel() for p in meta_model(config).parameters())
+    assert counted.per_rank == _real_rank0_parameters(config, tp=2, fsdp=2)
 
 
 def test_llama3_8b_per_rank_parameters_exact():
     config = load_config("llama-3-8b")
     h, inter, vocab, layers, tp, fsdp = 4096, 14336, 128256, 32, 8, 4
     kv = 8 * 128
-    assert per_rank_parameters(config, 1, 1)["total"] == 8_030_261_248  # Meta's published count
+    assert per_rank_parameters(config, 1, 1).total == 8_030_261_248  # Meta's published count
     shard = lambda rows, cols: math.ceil(rows / fsdp) * cols  # noqa: E731  FSDP2 pads dim 0
     layer = (shard(h // tp, h) + 2 * shard(kv // tp, h) + shard(h, h // tp)  # q, k, v, o
              + 2 * shard(inter // tp, h) + shard(h, inter // tp)  # gate, up, down
              + 2 * shard(h, 1))  # two RMSNorms (replicated over TP)
     expected = shard(vocab, h) + layers * layer + shard(h, 1) + shard(vocab // tp, h)
-    assert per_rank_parameters(config, tp, fsdp)["per_rank"] == expected
+    assert per_rank_parameters(config, tp, fsdp).per_rank == expected
     planner = Planner("llama-3-8b", "trn2.48xlarge", 128)
-    assert planner.memory(Layout(tp, fsdp, 1, False, 2, 1))["bytes"]["parameters"] == 2 * expected
+    assert planner.memory(Layout(tp, fsdp, 1, False, 2, 1)).bytes["parameters"] == 2 * expected
 
 
 def test_tiny_activation_peak_grows_with_batch_and_checkpointing_saves(tmp_path):
     planner = Planner(str(_tiny_config_file(tmp_path)), "trn2.3xlarge", 64)
     one, two = (planner.memory(Layout(1, 1, b, False, 2, 1)) for b in (1, 2))
-    assert two["bytes"]["activations_peak"] > one["bytes"]["activations_peak"] > 0
-    assert one["activations_peak_with_checkpointing"] < one["bytes"]["activations_peak"]
+    assert two.bytes["activations_peak"] > one.bytes["activations_peak"] > 0
+    assert one.other_checkpointing["activations_peak_with_checkpointing"] < one.bytes["activations_peak"]
 
 
 @pytest.mark.slow
 def test_llama3_70b_does_not_fit_one_trn2_3xlarge_but_fits_two_trn2_48xlarge():
-    small = Planner("llama-3-70b", "trn2.3xlarge", 2048).plan(Layout(4, 1, 1, False, 2, 1))
+    small = Planner("llama-3-70b", "trn2.3xlarge", 2048).plan(Layout(4, 1, 1, False, 2, 1)).to_dict()
     assert not small["memory"]["fits"]
     assert small["memory"]["total_bytes"] > small["memory"]["hbm_bytes"] == 24 * GiB
     assert small["suggestion"] is not None and "instances" in small["suggestion"]["change"]
-    big = Planner("llama-3-70b", "trn2.48xlarge", 2048).plan(Layout(8, 16, 1, True, 2, 2))
+    big = Planner("llama-3-70b", "trn2.48xlarge", 2048).plan(Layout(8, 16, 1, True, 2, 2)).to_dict()
     assert big["memory"]["fits"]
     assert big["parameters"]["total"] == 70_553_706_496
     t = big["time"]
@@ -114,7 +116,6 @@ def test_cli_writes_plan_json_and_sweeps(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--tp", "3"], "does not divide num_attention_heads"),
     (["--tp", "4", "--fsdp", "2"], "larger than the 4 logical cores"),
     (["--lnc", "3"], "LNC=3 is not supported"),
 ])
@@ -135,16 +136,17 @@ def test_cli_unknown_model_is_one_line_and_exit_2(tmp_path, capsys):
 
 def test_tiny_inference_plan_counts_kv_cache_growth_and_decode_tokens(tmp_path):
     planner = Planner(str(_tiny_config_file(tmp_path)), "trn2.3xlarge", 32, mode="infer", dtype="fp32",
-                      decode_tokens=16)
+                      decode_tokens=16, max_len=100)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        plan = planner.plan(Layout(2, 1, 3, False, 2, 1))
+        plan = planner.plan(Layout(2, 1, 3, False, 2, 1)).to_dict()
     # The trace calls the model with the cache argument's current name (Transformers 5.x warns
     # once per call site on the old ``past_key_values``; a user's plan should not show it).
     assert not [w for w in caught if "deprecated" in str(w.message)], [str(w.message) for w in caught]
     layers, kv_heads_per_rank, head_dim = 2, 1, 16  # TinySize: 2 layers, 2 KV heads of 16, over TP=2
-    assert plan["memory"]["bytes"]["kv_cache_growth"] == 2 * layers * 3 * 16 * kv_heads_per_rank * head_dim * 4
-    assert plan["memory"]["bytes"]["gradients"] == plan["memory"]["bytes"]["optimizer_state"] == 0
+    # the static cache: --max-len positions for every sequence of the batch, allocated up front
+    assert plan["memory"]["bytes"]["kv_cache"] == 2 * layers * 3 * 100 * kv_heads_per_rank * head_dim * 4
+    assert "gradients" not in plan["memory"]["bytes"] and "optimizer_state" not in plan["memory"]["bytes"]
     inf = plan["inference"]
     request = inf["ttft_seconds"] + 15 * inf["tpot_seconds"]  # the first token comes with the prefill
     assert inf["tokens_per_second"] == pytest.approx(3 * 16 / request)

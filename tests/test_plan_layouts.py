@@ -9,16 +9,20 @@ import pytest
 
 from torch_neuronx.cli.main import main
 from torch_neuronx.plan import Layout, Planner
+from torch_neuronx.plan.collectives import dp_collectives, pipeline_sends
+from torch_neuronx.plan.memory import activations
 from torch_neuronx.plan.sharding import meta_model
+from torch_neuronx.plan.work import serving_work
 from torch_neuronx.projection import CollectiveRecord
-from torch_neuronx.projection.job import (CommWork, Factors, GraphWork, InferenceWork, TrainingWork,
-                                          accumulation_steps, inference_time, pipeline_bubble, training_time)
+from torch_neuronx.projection.job import (CommWork, Factors, GraphWork, TrainingWork, accumulation_steps,
+                                          pipeline_bubble, training_time)
+from torch_neuronx.projection.serving import InferenceWork, inference_time
 from torch_neuronx.runtime.errors import UsageError
 from torch_neuronx.testing.tiny_models import tiny_config
 
 # round numbers so every expected figure below can be worked out by hand
 F = Factors(tensor_efficiency=0.5, hbm_efficiency=0.5, link_efficiency=0.5, launch_seconds=0.1,
-            collective_step_seconds=0.01, spill_fraction=0.5)
+            collective_step_seconds=0.01, spill_fraction=0.5, efa_efficiency=0.25)
 
 
 def _graph(name, tensor=0.0, io=0.0, intermediate=0.0):
@@ -75,51 +79,51 @@ def test_zero1_shards_only_the_optimizer_state_fsdp_shards_everything(tmp_path):
     model = _tiny_dir(tmp_path)
     n = sum(p.numel() for p in meta_model(tiny_config("llama")).parameters())
     planner = Planner(model, "trn2.3xlarge", 32, dtype="autocast-bf16")  # fp32 master weights: 4 bytes
-    zero1 = planner.memory(Layout(1, 4, 1, False, 2, 1, shard="zero1"))["bytes"]
-    none = planner.memory(Layout(1, 4, 1, False, 2, 1, shard="none"))["bytes"]
-    fsdp = planner.memory(Layout(1, 4, 1, False, 2, 1, shard="fsdp"))["bytes"]
+    zero1 = planner.memory(Layout(1, 4, 1, False, 2, 1, shard="zero1")).bytes
+    none = planner.memory(Layout(1, 4, 1, False, 2, 1, shard="none")).bytes
+    fsdp = planner.memory(Layout(1, 4, 1, False, 2, 1, shard="fsdp")).bytes
     assert zero1["parameters"] == zero1["gradients"] == none["parameters"] == 4 * n
     assert zero1["optimizer_state"] == 2 * 4 * -(-n // 4) and none["optimizer_state"] == 2 * 4 * n
-    padded = planner.parameters(1, 4)["per_rank"]  # FSDP2's padded shard (checked against real FSDP2)
+    padded = planner.ctx.parameters(1, 4).per_rank  # FSDP2's padded shard (checked against real FSDP2)
     assert n / 4 <= padded < n / 4 + 4096
     assert fsdp["parameters"] == fsdp["gradients"] == 4 * padded and fsdp["optimizer_state"] == 2 * 4 * padded
     assert zero1["collective_buffers"] == 0 < fsdp["collective_buffers"]
     bf16 = Planner(model, "trn2.3xlarge", 32, dtype="bf16").memory(Layout(1, 4, 1, False, 2, 1, shard="zero1"))
-    assert bf16["bytes"]["parameters"] == 2 * n
+    assert bf16.bytes["parameters"] == 2 * n
 
 
 def test_one_gradient_reduction_per_global_batch(tmp_path):
     planner = Planner(_tiny_dir(tmp_path), "trn2.3xlarge", 32, dtype="bf16")
     layout = Layout(1, 2, 1, False, 2, 1, shard="zero1", global_batch=8)
     assert layout.micro_batches == 4
-    micro, step, _ = planner.dp_collectives(layout)
-    stage_bytes = planner.stage_parameters(layout) * 2
+    micro, step, _ = dp_collectives(planner.ctx, layout)
+    stage_bytes = planner.ctx.stage_parameters(layout) * 2
     assert not micro  # ZeRO-1 reduces nothing per micro-batch
     assert dict(step) == {CollectiveRecord("reduce_scatter", stage_bytes, 2, "chip"): 1,
                           CollectiveRecord("all_gather", stage_bytes, 2, "chip"): 1}
-    t = planner.time(layout)
+    t = planner.time(layout).to_dict()
     assert t["micro_batches"] == 4 and t["collectives"]["per_global_batch"]["bytes"] == 2 * stage_bytes
     assert t["step_seconds"] == pytest.approx(4 * t["micro_step_seconds"] + t["step_collective_seconds"]
                                               + t["optimizer_seconds"])
-    fsdp_micro, fsdp_step, _ = planner.dp_collectives(Layout(1, 2, 1, False, 2, 1, shard="fsdp", global_batch=8))
+    fsdp_micro, fsdp_step, _ = dp_collectives(planner.ctx, Layout(1, 2, 1, False, 2, 1, shard="fsdp", global_batch=8))
     assert dict(fsdp_micro) == {CollectiveRecord("all_gather", stage_bytes, 2, "chip"): 2}  # forward, backward
     assert dict(fsdp_step) == {CollectiveRecord("reduce_scatter", stage_bytes, 2, "chip"): 1}
 
 
 def test_pipeline_stage_holds_its_layers_and_in_flight_micro_batches(tmp_path):
     planner = Planner(_tiny_dir(tmp_path, num_hidden_layers=4), "trn2.3xlarge", 32, dtype="fp32")
-    p = planner.parameters(1, 1)
-    layer, rest = p["layer_unsharded"], p["tp_local"] - 4 * p["layer_unsharded"]
+    p = planner.ctx.parameters(1, 1)
+    layer, rest = p.layer_unsharded, p.tp_local - 4 * p.layer_unsharded
     staged = Layout(1, 1, 1, False, 2, 1, pp=2, shard="none", global_batch=6)
-    assert planner.stage_parameters(staged) == 2 * layer + rest
-    t = planner.traced(1, 1, False, 2)
+    assert planner.ctx.stage_parameters(staged) == 2 * layer + rest
+    t = planner.ctx.traced(1, 1, False, 2)
     in_flight = 2  # a 1F1B first stage of 2 holds min(P, m) = 2 micro-batches
-    assert planner.activations(staged, False) == pytest.approx(t.activations(2) + (in_flight - 1) * 2
-                                                               * t.per_layer_activations())
-    sends, _ = planner.pipeline_sends(staged)
+    assert activations(planner.ctx, staged, False) == pytest.approx(t.activations(2) + (in_flight - 1) * 2
+                                                                    * t.per_layer_activations())
+    sends, _ = pipeline_sends(planner.ctx, staged)
     hidden = tiny_config("llama").hidden_size
     assert dict(sends) == {CollectiveRecord("send", 32 * hidden * 4, 2, "chip"): 2}  # activations, then gradients
-    timed = planner.time(staged)
+    timed = planner.time(staged).to_dict()
     assert timed["pipeline_slots"] == 6 + 2 - 1 and timed["bubble_fraction"] == pytest.approx(1 / 7)
 
 
@@ -128,43 +132,44 @@ def test_kv_heads_replicated_when_tp_exceeds_them_memory_and_traffic():
     h, inter, hd, layers = 4096, 14336, 128, 32
     # TP=32 over 8 KV heads: every rank holds one whole KV head (k and v), replicated over 4 ranks
     layer = h // 32 * h + 2 * hd * h + h * (h // 32) + 3 * (inter // 32) * h + 2 * h
-    assert planner.parameters(32, 1)["layer_unsharded"] == layer
-    assert planner.parameters(8, 1)["layer_unsharded"] - planner.parameters(32, 1)["layer_unsharded"] == (
+    assert planner.ctx.parameters(32, 1).layer_unsharded == layer
+    assert planner.ctx.parameters(8, 1).layer_unsharded - planner.ctx.parameters(32, 1).layer_unsharded == (
         2 * h // 8 * h + 3 * inter // 8 * h) - (2 * h // 32 * h + 3 * inter // 32 * h)  # q, o, MLP: k, v equal
     layout = Layout(32, 1, 2, False, 1, 1)
-    assert planner.kv_cache_bytes(layout, 1000) == 2 * layers * 2 * 1000 * 1 * hd * 2
-    _, step, _ = planner.dp_collectives(layout)  # the replicas' k/v gradients are all-reduced once per step
+    assert planner.ctx.kv_cache_bytes(layout, 1000) == 2 * layers * 2 * 1000 * 1 * hd * 2
+    _, step, _ = dp_collectives(planner.ctx, layout)  # the replicas' k/v gradients are all-reduced once per step
     # the 4 consecutive ranks sharing a head span two trn1 chips (2 cores each): NeuronLink
     assert dict(step) == {CollectiveRecord("all_reduce", 2 * hd * h * 2 * layers, 4, "neuronlink"): 1}
 
 
-def test_encoder_plans_at_tp1_and_refuses_tp2(tmp_path):
+def test_encoder_trains_at_tp1_and_at_tp2_with_the_derived_plan(tmp_path):
     cfg = tiny_config("bert")
     cfg.architectures = ["BertForPreTraining"]
     cfg.is_decoder = False
     cfg.save_pretrained(tmp_path)
     planner = Planner(str(tmp_path), "trn1.32xlarge", 32, dtype="autocast-bf16")
-    plan = planner.plan(Layout(1, 4, 2, False, 1, 1, shard="zero1", global_batch=16))
+    plan = planner.plan(Layout(1, 4, 2, False, 1, 1, shard="zero1", global_batch=16)).to_dict()
     assert plan["model_type"] == "bert" and plan["time"]["micro_batches"] == 2
     assert plan["time"]["step_seconds"] > 0 and plan["memory"]["bytes"]["activations_peak"] > 0
-    assert "no tensor-parallel plan" in str(pytest.raises(UsageError, planner.check,
-                                                          Layout(2, 1, 1, False, 1, 1)).value)
+    tp2 = planner.plan(Layout(2, 1, 1, False, 1, 1)).to_dict()  # BERT has no Transformers TP plan
+    assert "Megatron-style plan derived" in tp2["parameters"]["tp_plan"]
+    assert tp2["parameters"]["tp_local"] < plan["parameters"]["tp_local"]
 
 
-def test_tiny_inference_ttft_is_the_prefill_and_tpot_grows_with_the_cache(tmp_path):
+def test_tiny_inference_ttft_is_the_prefill_and_tpot_grows_with_the_static_cache(tmp_path):
     model = _tiny_dir(tmp_path)
-    short, long = (Planner(model, "trn2.3xlarge", 64, mode="infer", dtype="bf16", decode_tokens=o)
-                   for o in (16, 64))
+    short, long = (Planner(model, "trn2.3xlarge", 64, mode="infer", dtype="bf16", decode_tokens=16, max_len=m)
+                   for m in (80, 256))
     layout = Layout(2, 1, 3, False, 2, 1)
-    a, b = short.plan(layout)["inference"], long.plan(layout)["inference"]
-    assert a["ttft_seconds"] == pytest.approx(b["ttft_seconds"])  # the prefill does not see the output length
-    wa, _ = short.inference_work(layout)
-    wb, _ = long.inference_work(layout)
+    a, b = short.plan(layout).to_dict()["inference"], long.plan(layout).to_dict()["inference"]
+    assert a["ttft_seconds"] == pytest.approx(b["ttft_seconds"])  # the prefill does not see the cache length
+    wa, _ = serving_work(short.ctx, layout)
+    wb, _ = serving_work(long.ctx, layout)
     cfg = tiny_config("llama")
     head_dim = cfg.hidden_size // cfg.num_attention_heads
     kv_per_rank = -(-cfg.num_key_value_heads // 2)
-    # decode at the mean cache length: 64 + 32 against 64 + 8 cached positions
-    assert wb.decode.io_bytes - wa.decode.io_bytes == 2 * cfg.num_hidden_layers * 3 * 24 * kv_per_rank * head_dim * 2
+    # every decode step reads the whole static cache: 256 against 80 positions
+    assert wb.decode.io_bytes - wa.decode.io_bytes == 2 * cfg.num_hidden_layers * 3 * 176 * kv_per_rank * head_dim * 2
     assert a["tpot_seconds"] < a["ttft_seconds"]
 
 

@@ -1,4 +1,4 @@
-"""``torchneuron plan`` under bad input, a full disk and interrupts (issue 25): every argument
+"""``torchneuron plan`` under bad input, a full disk and interrupts: every argument
 checked before any work (one line, exit 2), only the files the user named written, never the
 model config nor a file another tool wrote (without ``--force``), outputs published whole,
 SIGINT / SIGTERM exit 130 / 143 with the previous plan intact."""

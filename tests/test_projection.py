@@ -298,7 +298,7 @@ def test_a_compiled_graph_moves_its_casts_bytes_as_the_lowering_converts():
     pytest.importorskip("torch_mlir")
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from torch_neuronx.compile import stablehlo
+    from torch_neuronx.compile.lowering import lower
     from torch_neuronx.projection import job
 
     def f(x, w):
@@ -307,7 +307,7 @@ def test_a_compiled_graph_moves_its_casts_bytes_as_the_lowering_converts():
 
     x, w = torch.randn(64, 128), torch.randn(128, 128)
     gm = make_fx(f, tracing_mode="fake")(x, w)
-    converts, convert_bytes = _converts_in(stablehlo.lower_fx_graph(gm).text)
+    converts, convert_bytes = _converts_in(lower.lower_fx_graph(gm).text)
     assert (converts, convert_bytes) == (3, (4 + 2) * (64 * 128 + 128 * 128 + 64 * 128))
 
     proj = P.Projector("trn2.3xlarge", calibration=P.defaults())

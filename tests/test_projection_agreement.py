@@ -135,20 +135,24 @@ def clean_metrics():
 
 @pytest.mark.parametrize("build", [_tiny_llama, _tiny_gpt2], ids=["llama", "gpt2"])
 def test_the_plan_trace_projects_the_same_inference_as_the_device(build, clean_metrics):
-    """Prefill and one decode step: the trace counts the device's signatures and calls exactly,
-    op by op, so step seconds and compile seconds agree."""
+    """The context encoding and one decode step into a static cache: the trace counts the
+    device's signatures and calls exactly, op by op, so step seconds and compile seconds agree."""
+    from transformers import StaticCache
+
     from torch_neuronx.plan.trace import Workload, trace
 
     cfg, model = build()
     model = model.to("neuron").eval()
     ids = torch.randint(0, cfg.vocab_size, (2, 16)).to("neuron")
     with torch.no_grad():
-        cache, name = [], cache_argument(model)
-        prefill = _device_calls(lambda: cache.append(getattr(model(input_ids=ids, use_cache=True), name)))
-        decode = _device_calls(lambda: model(input_ids=ids[:, :1], use_cache=True, **{name: cache[0]}))
+        name = cache_argument(model)
+        prefill = _device_calls(lambda: model(input_ids=ids, use_cache=True))
+        step = {"input_ids": ids[:, :1], "use_cache": True, name: StaticCache(config=model.config, max_cache_len=24)}
+        model(**step, cache_position=torch.tensor([16], device="neuron"))  # allocates the cache, unrecorded
+        decode = _device_calls(lambda: model(**step, cache_position=torch.tensor([16], device="neuron")))
     device = prefill + decode
     projector = P.get_projector()
-    traced = trace(cfg, Workload("infer", 1, 2, 16, torch.float32, decode_cache_len=16), projector)
+    traced = trace(cfg, Workload("infer", 1, 2, 16, torch.float32, max_len=24), projector)
     calls = +(traced.graph_calls("prefill") + traced.graph_calls("decode"))
     assert _per_op(projector, calls) == _per_op(projector, device)
     assert len(calls) == len(device) and sum(calls.values()) == sum(device.values())
@@ -300,7 +304,7 @@ def test_the_plan_trace_counts_the_casts_the_compiled_graph_holds():
     assert casts
 
     projector = P.Projector("trn2.3xlarge", calibration=P.defaults())
-    traced = trace(cfg, Workload("infer", 1, 2, 16, torch.bfloat16, decode_cache_len=16), projector)
+    traced = trace(cfg, Workload("infer", 1, 2, 16, torch.bfloat16, max_len=17), projector)
     converts = traced.graph_converts("prefill")
     assert sum(converts.values()) == len(casts)
     assert sum(projector.kernels[k].bytes * n for k, n in converts.items()) == cast_bytes

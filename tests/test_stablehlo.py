@@ -18,7 +18,8 @@ from torch import nn
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import torch_neuronx
-from torch_neuronx.compile import stablehlo
+from torch_neuronx.compile import cache
+from torch_neuronx.compile.lowering import custom_calls, decompositions, lower
 from torch_neuronx.compile.kernel_lowering import KernelLoweringCollector, lower_kernel
 from torch_neuronx.projection import graph_compile_seconds
 
@@ -143,8 +144,8 @@ def test_fallback_option_false_overrides_env(monkeypatch):
 
 
 def test_without_torch_mlir_one_warning_and_not_checked(monkeypatch):
-    monkeypatch.setattr(stablehlo, "_installed", lambda: False)
-    monkeypatch.setattr(stablehlo, "_warned_missing", False)
+    monkeypatch.setattr(lower, "_installed", lambda: False)
+    monkeypatch.setattr(lower, "_warned_missing", False)
     with pytest.warns(RuntimeWarning, match="torch-mlir is not installed") as caught:
         _train_step(_mlp().to("neuron"))
         result = lower_kernel("aten::add.Tensor", (torch.empty(2, device="meta"), torch.empty(2, device="meta")))
@@ -195,7 +196,7 @@ def test_lowering_switched_off_compiles_unchecked(monkeypatch):
     """TORCHNEURON_LOWER_GRAPHS=0: nothing goes through torch-mlir, so a graph that would not
     compile on Trainium runs; records say why nothing was checked."""
     monkeypatch.setenv("TORCHNEURON_LOWER_GRAPHS", "0")
-    monkeypatch.setattr(stablehlo, "lower_fx_graph", lambda *a, **k: pytest.fail("lowered while switched off"))
+    monkeypatch.setattr(lower, "lower_fx_graph", lambda *a, **k: pytest.fail("lowered while switched off"))
     x = torch.rand(5) * 1.8 - 0.9
     out = torch.compile(NOT_LOWERING_OP, backend="neuron")(x.to("neuron"))
     torch.testing.assert_close(out.cpu(), NOT_LOWERING_OP(x))
@@ -207,10 +208,10 @@ def test_lowering_switched_off_compiles_unchecked(monkeypatch):
 def test_graph_with_a_list_default_argument_lowers(monkeypatch):
     """amax's schema (``int[1] dim=[]``) is not hashable; finding custom calls must not need it to
     be (a Llama training graph failed to compile on this)."""
-    monkeypatch.setattr(stablehlo, "_CUSTOM_CALLS", {"myns::kernel"})
+    monkeypatch.setattr(custom_calls, "_CUSTOM_CALLS", {"myns::kernel"})
     gm = make_fx(lambda x: torch.amax(x, dim=1) + 1)(torch.randn(3, 4))
     assert any(n.target is torch.ops.aten.amax.default for n in gm.graph.nodes)
-    assert stablehlo.custom_calls_in(gm) == []
+    assert custom_calls.custom_calls_in(gm) == []
     x = torch.randn(3, 4)
     out = torch.compile(lambda t: torch.amax(t, dim=1) * 2, backend="neuron")(x.to("neuron"))
     torch.testing.assert_close(out.cpu(), torch.amax(x, dim=1) * 2)
@@ -232,12 +233,12 @@ def test_decomposing_node_by_node_gives_the_text_of_a_whole_retrace():
     per graph); the StableHLO must be the one a re-trace of the whole graph gives."""
     inputs = (torch.randn(4, 6), torch.zeros(3, 8), torch.ones(3, 4))
     gm = make_fx(_mixed, tracing_mode="fake")(*inputs)
-    whole = make_fx(torch.fx.Interpreter(gm).run, decomposition_table=stablehlo._decomposition_table(),
-                    tracing_mode="fake")(*stablehlo.fake_cpu_twins(inputs))
-    node_by_node = stablehlo.decomposed(gm)
+    whole = make_fx(torch.fx.Interpreter(gm).run, decomposition_table=decompositions.lowering_table(),
+                    tracing_mode="fake")(*decompositions.fake_cpu_twins(inputs))
+    node_by_node = decompositions.decomposed(gm)
     targets = {n.target for n in node_by_node.graph.nodes if n.op == "call_function"}
     assert torch.ops.aten.view.default not in targets and torch.ops.aten.sum.default not in targets
-    assert stablehlo.lower_fx_graph(gm).text == stablehlo.lower_fx_graph(whole, decompose=False).text
+    assert lower.lower_fx_graph(gm).text == lower.lower_fx_graph(whole, decompose=False).text
     torch.testing.assert_close(node_by_node(*inputs), _mixed(*inputs))
 
 
@@ -303,11 +304,11 @@ def test_slice_scatter_bounds_are_clamped_before_lowering(start, end, bounds):
     def scatter(b, s):
         return torch.ops.aten.slice_scatter(b, s, -1, start, end) * 2
 
-    graph = stablehlo.decomposed(make_fx(scatter, tracing_mode="fake")(base, src))
+    graph = decompositions.decomposed(make_fx(scatter, tracing_mode="fake")(base, src))
     (node,) = [n for n in graph.graph.nodes if n.target is torch.ops.aten.slice_scatter.default]
     assert tuple(node.args[3:5]) == bounds
     torch.testing.assert_close(graph(base, src), scatter(base, src))
-    lowered = stablehlo.lower_fx_graph(graph, decompose=False)
+    lowered = lower.lower_fx_graph(graph, decompose=False)
     assert lowered.op_count < 10 and f"tensor<{bounds[1] - bounds[0]}x1xi64>" in lowered.text
 
 
@@ -315,7 +316,7 @@ def test_eager_slice_backward_kernel_lowers_with_clamped_bounds():
     """The eager kernel of the same backward (``slice_backward`` decomposes to ``slice_scatter``)."""
     grad = torch.randn(2, 8)
     trace = make_fx(lambda g: torch.ops.aten.slice_backward(g, [2, 16], 1, 8, 2**63 - 1, 1),
-                    decomposition_table=stablehlo.torch_mlir_decompositions(), tracing_mode="fake")
+                    decomposition_table=decompositions.torch_mlir_decompositions(), tracing_mode="fake")
     (node,) = [n for n in trace(grad).graph.nodes if n.target is torch.ops.aten.slice_scatter.default]
     assert tuple(node.args[2:5]) == (1, 8, 16)
     result = lower_kernel("aten::slice_backward", (_meta(2, 8), [2, 16], 1, 8, 2**63 - 1, 1))
@@ -325,17 +326,17 @@ def test_eager_slice_backward_kernel_lowers_with_clamped_bounds():
 def test_graph_key_recomputes_from_artifact_text():
     # The key function itself: text, I/O and compiler configuration all enter the hash.
     x = torch.empty(2, 3)
-    base = stablehlo.graph_key("module {}", [x], [x], {"target": "trn2"})
-    assert base == stablehlo.graph_key("module {}", [torch.zeros(2, 3)], [x], {"target": "trn2"})
-    assert base != stablehlo.graph_key("module { }", [x], [x], {"target": "trn2"})
-    assert base != stablehlo.graph_key("module {}", [x.double()], [x], {"target": "trn2"})
-    assert base != stablehlo.graph_key("module {}", [x], [x], {"target": "trn1"})
+    base = cache.graph_key("module {}", [x], [x], {"target": "trn2"})
+    assert base == cache.graph_key("module {}", [torch.zeros(2, 3)], [x], {"target": "trn2"})
+    assert base != cache.graph_key("module { }", [x], [x], {"target": "trn2"})
+    assert base != cache.graph_key("module {}", [x.double()], [x], {"target": "trn2"})
+    assert base != cache.graph_key("module {}", [x], [x], {"target": "trn1"})
     assert len(base) == len(hashlib.sha256().hexdigest())
 
 
 @pytest.mark.slow
 def test_opinfo_sweep_classifies_ops_and_writes_the_docs_section(tmp_path):
-    from benchmarks import opinfo_lowering
+    from tools import opinfo_lowering
 
     result = opinfo_lowering.sweep({"add", "erfinv", "nonzero"})
     ops = result["ops"]

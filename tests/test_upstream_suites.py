@@ -1,4 +1,4 @@
-"""``python -m benchmarks.upstream``: sources, shims, the per-device child runs and the side-by-side table.
+"""``python -m tools.upstream``: sources, shims, the per-device child runs and the side-by-side table.
 
 The runner is checked on a tiny generated suite run for real on both devices
 (one child interpreter each); the sources on a generated sdist and a git
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.upstream import __main__ as cli
-from benchmarks.upstream import shims, sources, table
-from benchmarks.upstream.run import prepare_suite_dir, run_target
-from benchmarks.upstream.selection import Target, parse
+from tools.upstream import __main__ as cli
+from tools.upstream import shims, sources, table
+from tools.upstream.run import prepare_suite_dir, run_target
+from tools.upstream.selection import Target, parse
 
 FAKE_SUITE = '''
 import importlib.util

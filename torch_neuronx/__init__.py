@@ -50,13 +50,14 @@ def _register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
-    from . import accounting, amp, compile, distributed, numerics
+    from . import accounting, amp, compile, distributed, numerics, profiling
 
     numerics.install()
     amp.install()
     compile.install(neuron)
     distributed.install(topology)
     accounting.install(topology)
+    profiling.install()
     if config_error is not None:
         neuron.defer_config_error(config_error)
 

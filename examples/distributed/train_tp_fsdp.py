@@ -1,6 +1,6 @@
 """Tensor parallel × fully sharded data parallel training of a tiny Llama on ``neuron``.
 
-The brief's layout: TP=4 inside a Trainium2 chip (4 logical cores at LNC=2),
+The layout: TP=4 inside a Trainium2 chip (4 logical cores at LNC=2),
 FSDP across chips. Half a trn2.48xlarge is 8 chips = 32 logical cores:
 
     TORCHNEURON_INSTANCE=trn2.48xlarge torchrun --nproc-per-node 32 \\

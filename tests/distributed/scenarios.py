@@ -454,7 +454,7 @@ def _two_d(ckpt_dir: str, world: int, dev: torch.device):
         assert isinstance(p, DTensor) and p.device_mesh.device_type == "neuron", name
         assert p.to_local().device == dev, name
 
-    # The brief's rule: do not re-apply FSDP to a model that is already sharded.
+    # The TP×FSDP rule: do not re-apply FSDP to a model that is already sharded.
     from torch.distributed.fsdp import fully_shard
     try:
         fully_shard(mn.model.layers[0].mlp, mesh=mesh_n["dp"])

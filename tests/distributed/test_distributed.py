@@ -112,7 +112,7 @@ def test_tp4_fsdp2_example_under_torchrun_matches_cpu(tmp_path):
 
 
 def test_more_ranks_than_logical_cores_is_a_clear_error():
-    """``import torch`` still works (issue 18); the first use of the device raises the ConfigError."""
+    """``import torch`` still works; the first use of the device raises the ConfigError."""
     env = rank_env(0, 5, 1, {"TORCHNEURON_INSTANCE": "trn2.3xlarge"})  # 4 logical cores
     # One process (a rank's start costs seconds): the imports must pass before the use fails.
     code = ("import torch, torch_neuronx; print('imported', flush=True); "

@@ -24,7 +24,7 @@ VOCAB = 128
 PAD, BOS, EOS = tiny_models.PAD, tiny_models.BOS, tiny_models.EOS
 SIZE = tiny_models.TinySize(hidden=32, intermediate=64, vocab=VOCAB)
 
-# One entry per architecture family of the brief; torch_neuronx.testing.tiny_models shrinks each.
+# One entry per widely used causal-LM family; torch_neuronx.testing.tiny_models shrinks each.
 FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma", "phi3", "gpt2", "gpt_neox")
 
 

@@ -1,4 +1,4 @@
-"""The brief's examples, run at tiny size so they cannot silently rot.
+"""The examples in examples/, run at tiny size so they cannot silently rot.
 
 (examples/diffusion_tp.py is exercised in test_diffusers.py.)
 """

@@ -58,7 +58,7 @@ def _keep_dynamo_out(callback):
     C++ calls it while an eager op runs, and an eager op can run inside a compiled function
     (the instruction a graph breaks on): with Dynamo's frame hook active, the callback was a new
     frame to Dynamo, compiled once per op name up to its recompile limit, listeners included
-    (issue 29). PyTorch keeps Dynamo out of the Python kernels the dispatcher calls the same way
+    (each new signature recompiled the function). PyTorch keeps Dynamo out of the Python kernels the dispatcher calls the same way
     (``torch._library.custom_ops`` wraps them in ``torch._disable_dynamo``), but that wrapper
     imports ``torch._dynamo`` (about 2 s) on the first new signature of every process, eager
     ones included. Instead the callback's code object gets the execution strategy Dynamo's own

@@ -20,6 +20,7 @@ from .. import projection
 from ..runtime.extension import _C
 from ..runtime import metrics_registry as registry
 from ..runtime.log import get_logger
+from .device_work import note_graph
 from .listeners import add_signature_listener
 
 _log = get_logger("projection")
@@ -82,8 +83,10 @@ def reconfigure(topology) -> None:
         _graph_runs.clear()
 
 
-def add_graph(name: str, gm, example_inputs) -> Callable[[], None]:
-    """Project a compiled graph once; returns the function to call on each execution.
+def add_graph(name: str, gm, example_inputs) -> Callable[[int], None]:
+    """Project a compiled graph once; returns the function to call on each execution,
+    with the time it was issued (Unix ns), which a recording profiler places on the
+    device timeline.
 
     A graph the projection cannot trace is logged and left out (its runs are
     not counted), never failing the compile.
@@ -93,13 +96,14 @@ def add_graph(name: str, gm, example_inputs) -> Callable[[], None]:
         projection.get_projector().add_graph(name, gm, example_inputs)
     except Exception as exc:  # the projection must never break compilation
         _log.warning("graph %s is not projected: %s: %s", name, type(exc).__name__, exc)
-        return lambda: None
+        return lambda issued_ns: None
     finally:
         PROJECTING.add_sample(time.perf_counter() - start)
 
-    def executed() -> None:
+    def executed(issued_ns: int) -> None:
         with _lock:
             _graph_runs[name] += 1
+        note_graph(name, issued_ns)
     return executed
 
 

@@ -8,6 +8,7 @@ otherwise, USER_ERROR for bad options.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import math
@@ -24,17 +25,14 @@ def installed_architectures() -> list[str]:
 
 def select(args: argparse.Namespace, installed: list[str]) -> list[str]:
     from torch_neuronx.coverage.popular import POPULAR_TEXT_GENERATION
-    from torch_neuronx.runtime.errors import UsageError
+    from torch_neuronx.runtime.spellings import pick
 
     chosen = installed
     if args.popular:
         chosen = [m for m in POPULAR_TEXT_GENERATION if m in installed]
     if args.only:
-        wanted = [m.strip() for m in args.only.split(",") if m.strip()]
-        unknown = [m for m in wanted if m not in installed]
-        if unknown:
-            raise UsageError(f"not a causal-LM architecture of the installed Transformers: {', '.join(unknown)}")
-        chosen = wanted
+        chosen = [pick(m, installed, "--only", "a causal-LM architecture of the installed Transformers")
+                  for m in args.only.split(",") if m.strip()]
     return chosen[: args.limit] if args.limit else chosen
 
 
@@ -53,50 +51,107 @@ STATUS_STYLE = {"pass": "green", "device_fail": "bold red", "cpu_fail": "yellow"
 DEFAULT_TIMEOUT, COMPILED_TIMEOUT = 300.0, 1200.0
 
 
-def run(args: argparse.Namespace) -> int:
-    import torch
-    import transformers
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
+@dataclasses.dataclass(frozen=True)
+class SweepRequest:
+    """A sweep's options, every one checked: what ``validate`` hands to the sweep and the report."""
 
-    from torch_neuronx.coverage.markdown import compiled_markdown
-    from torch_neuronx.coverage.probe import CHECKS
-    from torch_neuronx.coverage.sweep import ResultLog, run_sweep, summarise
+    device: str
+    architectures: list[str]  # the selection, in the order the report lists it
+    installed: list[str]  # every causal-LM architecture of the installed Transformers
+    selection: dict  # --only, --limit, --popular as given (the report records them)
+    jobs: int
+    timeout: float
+    layers: int
+    lowering: bool
+    compiled: bool
+    out: Path
+    resume: bool
+
+    def log_options(self) -> dict:
+        """The options a result depends on: ``--resume`` keeps only results logged with the same ones."""
+        from torch_neuronx.testing.tiny_models import TinySize
+
+        options = {"device": self.device, "lowering": self.lowering, "compiled": self.compiled}
+        if self.layers != TinySize().layers:  # logs written before --layers existed stay resumable
+            options["layers"] = self.layers
+        return options
+
+
+@dataclasses.dataclass(frozen=True)
+class CoverageReport:
+    """What ``coverage.json`` holds: the request, every architecture's result and the figures."""
+
+    request: SweepRequest
+    results: list[dict]
+    summary: dict
+    created_utc: str
+    versions: dict  # torch, transformers
+
+    @property
+    def failed(self) -> bool:
+        """An architecture fails on the device only, or a compiled check fails in the emulator only."""
+        ours = self.summary["overall"].get("compiled", {}).get("ours_failures", [])
+        return bool(self.summary["device_failures"] or ours)
+
+    def to_json(self) -> dict:
+        from torch_neuronx.coverage.probe import CHECKS
+
+        request = self.request
+        return {
+            "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, "created_utc": self.created_utc,
+            "device": request.device, **self.versions, "checks": list(CHECKS), "selection": request.selection,
+            "layers": request.layers, "lowering_checked": request.lowering, "compiled_checked": request.compiled,
+            "summary": self.summary, "results": self.results,
+        }
+
+
+def validate(args: argparse.Namespace) -> SweepRequest:
+    """Every option checked before a worker starts: a sweep on an unusable device is minutes of
+    failures. Raises ``UsageError`` with one line naming the option."""
     from torch_neuronx.pilot.config import PilotError
     from torch_neuronx.pilot.device import resolve_device
     from torch_neuronx.runtime.errors import UsageError
-    from torch_neuronx.runtime.exit_codes import ExitCode
-    from torch_neuronx.testing.tiny_models import TinySize
 
-    console = Console()
     installed = installed_architectures()
-    if args.timeout is None:
-        args.timeout = COMPILED_TIMEOUT if args.compiled else DEFAULT_TIMEOUT
-    try:  # every option checked before a worker starts: a sweep on an unusable device is minutes of failures
-        if args.jobs < 1 or not math.isfinite(args.timeout) or args.timeout <= 0:
+    timeout = args.timeout if args.timeout is not None else (COMPILED_TIMEOUT if args.compiled else DEFAULT_TIMEOUT)
+    try:
+        if args.jobs < 1 or not math.isfinite(timeout) or timeout <= 0:
             raise UsageError("--jobs must be at least 1 and --timeout a positive number of seconds")
         if args.limit is not None and args.limit < 1:
             raise UsageError(f"--limit must be at least 1 (got {args.limit})")
         if args.layers < 1:
             raise UsageError(f"--layers must be at least 1 (got {args.layers})")
         chosen = select(args, installed)
+        if args.instance:  # exported: the workers see it too
+            import torch_neuronx
+
+            torch_neuronx.reconfigure(instance=args.instance)
         resolve_device(args.device)
     except PilotError as exc:  # the device named by --device cannot be used
         raise UsageError(str(exc)) from None
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    options = {"device": args.device, "lowering": not args.no_lowering, "compiled": args.compiled}
-    if args.layers != TinySize().layers:  # logs written before --layers existed (docs/compiled-sweep) stay resumable
-        options["layers"] = args.layers
-    log = ResultLog(out / "results.jsonl", options, resume=args.resume)
-    todo = [m for m in chosen if m not in log.done]
+    return SweepRequest(
+        device=args.device, architectures=chosen, installed=installed,
+        selection={"only": args.only, "limit": args.limit, "popular": args.popular}, jobs=args.jobs,
+        timeout=timeout, layers=args.layers, lowering=not args.no_lowering, compiled=args.compiled,
+        out=Path(args.out), resume=args.resume)
+
+
+def sweep(request: SweepRequest, console) -> list[dict]:
+    """Probe the architectures the log does not hold yet, one line each as it finishes; returns
+    every selected architecture's result, in the selection's order."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from torch_neuronx.coverage.sweep import ResultLog, run_sweep
+
+    request.out.mkdir(parents=True, exist_ok=True)
+    log = ResultLog(request.out / "results.jsonl", request.log_options(), resume=request.resume)
+    todo = [m for m in request.architectures if m not in log.done]
     if log.done:
-        console.print(f"resuming: {len(chosen) - len(todo)} of {len(chosen)} architectures already done "
-                      f"({log.path})")
+        console.print(f"resuming: {len(request.architectures) - len(todo)} of {len(request.architectures)} "
+                      f"architectures already done ({log.path})")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=not console.is_terminal) as bar:
-        task = bar.add_task(f"coverage on {args.device}", total=len(todo))
+        task = bar.add_task(f"coverage on {request.device}", total=len(todo))
 
         def on_result(result: dict) -> None:
             log.add(result)
@@ -106,44 +161,61 @@ def run(args: argparse.Namespace) -> int:
                               f"{result['status']}[/]" + (f"  compiled: [{STATUS_STYLE[compiled]}]{compiled}[/]"
                                                           if compiled else ""))
 
-        run_sweep(todo, args.device, args.jobs, args.timeout, out, on_result, lower=not args.no_lowering,
-                  compiled=args.compiled, layers=args.layers)
-    results = [log.done[m] for m in chosen if m in log.done]
-    summary = summarise(results, installed)
-    report = {
-        "schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION,
-        "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": args.device, "torch": torch.__version__, "transformers": transformers.__version__,
-        "checks": list(CHECKS), "selection": {"only": args.only, "limit": args.limit, "popular": args.popular},
-        "layers": args.layers,
-        "lowering_checked": not args.no_lowering, "compiled_checked": args.compiled,
-        "summary": summary, "results": results,
-    }
-    (out / "coverage.json").write_text(json.dumps(report, indent=2))
-    if args.compiled:
-        (out / "coverage-compiled.md").write_text(compiled_markdown(report))
+        run_sweep(todo, request.device, request.jobs, request.timeout, request.out, on_result,
+                  lower=request.lowering, compiled=request.compiled, layers=request.layers)
+    return [log.done[m] for m in request.architectures if m in log.done]
 
-    table = Table(title=f"causal-LM architectures on {args.device} (device / CPU per check)")
+
+def build_report(request: SweepRequest, results: list[dict]) -> CoverageReport:
+    """The figures over ``results`` (``coverage.sweep.summarise``) with the versions and the time."""
+    import torch
+    import transformers
+
+    from torch_neuronx.coverage.sweep import summarise
+
+    return CoverageReport(
+        request=request, results=results, summary=summarise(results, request.installed),
+        created_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        versions={"torch": torch.__version__, "transformers": transformers.__version__})
+
+
+def write_report(report: CoverageReport) -> list[Path]:
+    """``coverage.json``, and with ``--compiled`` the compiled columns as Markdown; returns the paths."""
+    from torch_neuronx.coverage.markdown import compiled_markdown
+
+    out = report.request.out
+    written = [out / "coverage.json"]
+    written[0].write_text(json.dumps(report.to_json(), indent=2))
+    if report.request.compiled:
+        written.append(out / "coverage-compiled.md")
+        written[1].write_text(compiled_markdown(report.to_json()))
+    return written
+
+
+def render(console, report: CoverageReport) -> None:
+    """The per-check table, the figures per scope and, with ``--compiled``, the compiled columns."""
+    from rich.table import Table
+
+    from torch_neuronx.coverage.probe import CHECKS
+
+    device, summary = report.request.device, report.summary
+    table = Table(title=f"causal-LM architectures on {device} (device / CPU per check)")
     table.add_column("architecture")
     table.add_column("status")
     for c in CHECKS:
         table.add_column(c.replace("generate_", "gen "), justify="center")
     table.add_column("lowers", justify="center")
     table.add_column("first problem", overflow="fold")
-    for r in results:
+    for r in report.results:
         dev, cpu = r.get("device_checks", {}), r.get("cpu", {})
-        problem = r.get("error") or next((f"{c}: {dev[c]['error']}" for c in CHECKS if c in dev and not dev[c]["ok"]),
-                                         "")
-        lowering_error = (r.get("lowers") or {}).get("error")
-        problem = problem or (f"lowers: {lowering_error}" if lowering_error else "")
         table.add_row(r["model_type"], f"[{STATUS_STYLE.get(r['status'], '')}]{r['status']}[/]",
                       *[f"{_mark(dev.get(c))}/{_mark(cpu.get(c))}" if cpu else "–" for c in CHECKS],
-                      _lowers_mark(r), problem[:160])
+                      _lowers_mark(r), _first_problem(r)[:160])
     console.print(table)
     for scope in ("overall", "popular"):
         f = summary[scope]
         console.print(
-            f"[bold]{scope}[/bold]: {f['pass']}/{f['architectures']} architectures pass every check on {args.device}; "
+            f"[bold]{scope}[/bold]: {f['pass']}/{f['architectures']} architectures pass every check on {device}; "
             f"coverage {f['coverage_percent']}% of the {f['cpu_clean']} that pass every check on CPU; "
             f"device matches CPU on {f['parity_percent']}% of those that build; "
             f"{f['cpu_fail']} fail on CPU too, {f['build_failed']} cannot be built tiny")
@@ -155,11 +227,35 @@ def run(args: argparse.Namespace) -> int:
                       + ", ".join(f"{op} ({len(arch)})" for op, arch in summary["ops_not_lowered"].items()))
     if summary["device_failures"]:
         console.print(f"[bold red]device-only failures:[/bold red] {', '.join(summary['device_failures'])}")
-    ours = summary["overall"].get("compiled", {}).get("ours_failures", [])
-    if args.compiled:
-        _print_compiled(console, results, summary)
-    console.print(f"report: {out / 'coverage.json'}" + (f", {out / 'coverage-compiled.md'}" if args.compiled else ""))
-    return ExitCode.FAILURE if summary["device_failures"] or ours else ExitCode.SUCCESS
+    if report.request.compiled:
+        _print_compiled(console, report.results, summary)
+
+
+def _first_problem(result: dict) -> str:
+    """The architecture's error, else its first failing device check, else why a kernel does not lower."""
+    from torch_neuronx.coverage.probe import CHECKS
+
+    dev = result.get("device_checks", {})
+    problem = result.get("error") or next(
+        (f"{c}: {dev[c]['error']}" for c in CHECKS if c in dev and not dev[c]["ok"]), "")
+    lowering_error = (result.get("lowers") or {}).get("error")
+    return problem or (f"lowers: {lowering_error}" if lowering_error else "")
+
+
+def run(args: argparse.Namespace) -> int:
+    """validate → sweep → build the report → write it → render it; the exit code says whether the
+    device (or the compiled path) failed where the CPU did not."""
+    from rich.console import Console
+
+    from torch_neuronx.runtime.exit_codes import ExitCode
+
+    console = Console()
+    request = validate(args)
+    report = build_report(request, sweep(request, console))
+    written = write_report(report)
+    render(console, report)
+    console.print("report: " + ", ".join(str(path) for path in written))
+    return ExitCode.FAILURE if report.failed else ExitCode.SUCCESS
 
 
 def _print_compiled(console, results: list[dict], summary: dict) -> None:
@@ -194,6 +290,7 @@ def _print_compiled(console, results: list[dict], summary: dict) -> None:
 
 
 def add_parser(sub) -> None:
+    from torch_neuronx.cli.options import add_instance
     from torch_neuronx.testing.tiny_models import TinySize
 
     p = sub.add_parser("coverage", help="check every causal-LM architecture of the installed Transformers",
@@ -201,6 +298,7 @@ def add_parser(sub) -> None:
                        "for forward, backward, generate (dynamic and static cache), logits parity with CPU and "
                        "save/load, in isolated worker processes.")
     p.add_argument("--device", default="neuron", help="device to check against the CPU (default neuron)")
+    add_instance(p, "the device's cores and HBM in every worker")
     p.add_argument("--only", default=None, help="comma-separated model types, e.g. llama,gpt2")
     p.add_argument("--popular", action="store_true", help="only the curated list of widely used architectures")
     p.add_argument("--limit", type=int, default=None, help="at most this many architectures")

@@ -96,6 +96,10 @@ def _fidelity_rows(fidelity: dict) -> list[tuple[str, str]]:
 def run(args: argparse.Namespace) -> int:
     from torch_neuronx.runtime.exit_codes import ExitCode
 
+    if args.instance:
+        import torch_neuronx
+
+        torch_neuronx.reconfigure(instance=args.instance)
     info = collect()
     if args.json:
         print(json.dumps(info, indent=2, allow_nan=False))  # strict JSON: NaN/Infinity are not JSON
@@ -106,5 +110,8 @@ def run(args: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("info", help="show the emulated instance, its cores and HBM")
+    from torch_neuronx.cli.options import add_instance
+
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    add_instance(parser, "the cores, HBM and price shown")
     parser.set_defaults(func=run)

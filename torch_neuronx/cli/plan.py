@@ -1,11 +1,12 @@
-"""``torchneuron plan MODEL``: per-rank HBM, compilations, projected step time and cost of a
-layout, without allocating the model; ``--validate``: the projection against AWS's published
-Trainium results. See docs/plan.md.
+"""``torchneuron plan MODEL``: per-rank HBM, compilations, projected step time, serving latency
+and cost of a layout, without allocating the model; ``--validate``: the projection against AWS's
+published Trainium results. See docs/plan.md.
 
 Every argument is checked before any work (:func:`check_arguments`, :func:`check_outputs`):
-a bad one is one line and ``ExitCode.USER_ERROR``. The outputs are staged and published whole,
-so an error, a full disk or an interrupt (``INTERRUPTED`` / ``TERMINATED``) leaves the previous
-plan intact.
+a bad one is one line and ``ExitCode.USER_ERROR``. A layout that does not fit is planned and
+written, and exits with ``ExitCode.FAILURE``. The outputs are staged and published whole, so an
+error, a full disk or an interrupt (``INTERRUPTED`` / ``TERMINATED``) leaves the previous plan
+intact.
 """
 from __future__ import annotations
 
@@ -30,14 +31,15 @@ def check_arguments(args: argparse.Namespace) -> None:
     from torch_neuronx.runtime.profiles import PROFILES
 
     active_calibration()  # TORCHNEURON_PROJECTION_CALIBRATION, read now rather than after the trace
-    if args.instance not in PROFILES:
+    if args.instance is not None and args.instance not in PROFILES:
         raise UsageError(f"--instance {args.instance!r} is not a known instance profile; "
                          f"choose one of {', '.join(PROFILES)}")
     price = args.price_per_hour
     if price is not None and not (math.isfinite(price) and price > 0):
         raise UsageError(f"--price-per-hour must be a positive, finite number of USD (got {price})")
     sequence_flag = "--input-len" if args.infer and args.input_len is not None else "--seq-len"
-    for flag, value in ((sequence_flag, _seq_len(args)), ("--output-len/--decode-tokens", args.output_len)):
+    for flag, value in ((sequence_flag, _seq_len(args)), ("--output-len/--decode-tokens", args.output_len or 0),
+                        ("--max-len", args.max_len or 0)):
         if value > MAX_SEQ_LEN:
             raise UsageError(f"{flag} {value:,} is above the limit of {MAX_SEQ_LEN:,} tokens "
                              "(longer than any published context window)")
@@ -88,7 +90,7 @@ def check_outputs(args: argparse.Namespace) -> list[Path]:
 
 def _warn_past_context(planner, args: argparse.Namespace) -> None:
     context = getattr(planner.config, "max_position_embeddings", None)
-    tokens = _seq_len(args) + (args.output_len if args.infer else 0)
+    tokens = _seq_len(args) + (planner.ctx.output_len if args.infer else 0)
     if context and tokens > context:
         print(f"warning: {tokens:,} tokens per sequence is past the model's context of {context:,} "
               "(max_position_embeddings): the plan extrapolates a length the model was not built for",
@@ -101,14 +103,14 @@ def _previous(targets: list[Path]) -> str:
     return f"{' and '.join(kept)} kept as before" if kept else "nothing written"
 
 
-def _publish(plan: dict, targets: list[Path], files) -> None:
+def _publish(plan, targets: list[Path], files) -> None:
     """Stage every output in ``files`` (a ``StagedFiles``), then publish them together; an
     OSError leaves the previous ones."""
     from torch_neuronx.plan.html import render_html
     from torch_neuronx.plan.render import json_text
     from torch_neuronx.runtime.errors import UsageError
 
-    texts = [json_text(plan)]  # strict JSON first: a non-finite figure fails before anything is staged
+    texts = [json_text(plan.to_dict())]  # strict JSON first: a non-finite figure fails before anything is staged
     if len(targets) > 1:
         texts.append(render_html(plan, json_name=targets[0].name))
     try:
@@ -146,11 +148,21 @@ def _layout(args: argparse.Namespace, planner):
                   shard=shard, global_batch=args.global_batch, sequence_parallel=args.sequence_parallel)
 
 
+def _planner(args: argparse.Namespace):
+    from torch_neuronx.plan import Planner
+
+    return Planner(args.model, args.instance, _seq_len(args), "infer" if args.infer else "train",
+                   args.precision or args.dtype or "bf16", args.output_len, args.price_per_hour, args.mode,
+                   max_len=args.max_len, weight_dtype=args.weight_dtype, vocab_parallel=args.vocab_parallel)
+
+
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from rich.console import Console
 
-    from torch_neuronx.plan import Planner
-    from torch_neuronx.plan.render import show, show_sweep
+    from torch_neuronx.plan.render import show
+    from torch_neuronx.plan.sweep_table import show_sweep
     from torch_neuronx.runtime.errors import UsageError
     from torch_neuronx.runtime.exit_codes import ExitCode, interrupted_by
     from torch_neuronx.runtime.interrupts import interrupt_signal
@@ -165,9 +177,7 @@ def run(args: argparse.Namespace) -> int:
     written = " and ".join(map(str, targets))
     with StagedFiles() as files:
         try:  # SIGTERM arrives as an interrupt too (cli/main.py)
-            planner = Planner(args.model, args.instance, _seq_len(args), "infer" if args.infer else "train",
-                              args.precision or args.dtype or "bf16", args.output_len, args.price_per_hour,
-                              args.mode)
+            planner = _planner(args)
             layout = _layout(args, planner)
             planner.check(layout)
             _warn_past_context(planner, args)
@@ -175,8 +185,8 @@ def run(args: argparse.Namespace) -> int:
             plan = planner.plan(layout)
             show(plan, console)
             if args.sweep:
-                plan["sweep"] = planner.sweep(layout)
-                show_sweep(plan["sweep"], console)
+                plan = dataclasses.replace(plan, sweep=tuple(planner.sweep(layout)))
+                show_sweep("train" if plan.job.mode == "train" else plan.kind, list(plan.sweep), console)
             _publish(plan, targets, files)
             console.print(f"wrote {written}")
         except KeyboardInterrupt as exc:  # held back while publishing, so either before it or after
@@ -184,23 +194,28 @@ def run(args: argparse.Namespace) -> int:
             outcome = f"{written} already written" if files.published else _previous(targets)
             print(f"error: interrupted by {signum.name}; {outcome}", file=sys.stderr)
             return interrupted_by(signum)
-    return ExitCode.SUCCESS
+    return ExitCode.SUCCESS if plan.fits else ExitCode.FAILURE
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("plan", help="size a training or inference job on Trainium without allocating it",
                        description="Per-rank HBM, first-run compilations, projected step time, tokens/s, MFU "
-                       "and cost of a TP × PP × DP layout (training) or TTFT and time per output token "
-                       "(inference), in compiled or eager mode. Exit code 2 on bad input; 130 / 143 when "
-                       "interrupted by SIGINT / SIGTERM (the previous plan is kept).")
+                       "and cost of a TP × PP × DP layout (training); TTFT, time per output token and cost "
+                       "per 1M output tokens of a decoder, or the latency of an encoder (--infer), in "
+                       "compiled or eager mode. Exit code 1 when the layout does not fit (its figures are "
+                       "marked 'if it fit'), 2 on bad input; 130 / 143 when interrupted by SIGINT / SIGTERM "
+                       "(the previous plan is kept).")
     p.add_argument("model", nargs="?", help="a config.json, a checkpoint directory, or a bundled config "
                                             "(llama-3-8b, llama-3.1-70b, bert-large-uncased, ...)")
-    p.add_argument("--instance", default="trn2.48xlarge", help="instance type (default trn2.48xlarge)")
+    p.add_argument("--instance", default=None,
+                   help="instance type (default: the configured one, TORCHNEURON_INSTANCE, else trn2.3xlarge)")
     p.add_argument("--instances", type=int, default=1, help="number of instances (default 1)")
     p.add_argument("--lnc", type=int, default=None, help="logical NeuronCore config (default: the instance's)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages, 1F1B schedule (default 1)")
-    p.add_argument("--dp", type=int, default=None, help="data-parallel degree (default 1)")
+    p.add_argument("--dp", type=int, default=None,
+                   help="data-parallel degree; with --infer, serving replicas, each with the whole TP-sharded "
+                        "model (default 1)")
     p.add_argument("--shard", choices=("fsdp", "zero1", "none"), default=None,
                    help="what data parallelism shards: fsdp (parameters, gradients, optimizer state), "
                         "zero1 (optimizer state), none (default fsdp)")
@@ -217,11 +232,19 @@ def add_parser(sub) -> None:
     mode.add_argument("--train", action="store_true", help="one training step (default)")
     mode.add_argument("--infer", action="store_true", help="prefill of --input-len, then --output-len decode steps")
     mode.add_argument("--validate", action="store_true",
-                      help="project AWS's published Trainium results, fit the physical factors, print the "
-                           "leave-one-out error and write the table into --docs")
+                      help="project AWS's published Trainium results, fit the physical factors and print the "
+                           "leave-one-out table (written into a file only with --docs)")
     p.add_argument("--input-len", type=int, default=None, help="prompt tokens with --infer (default --seq-len)")
-    p.add_argument("--output-len", "--decode-tokens", dest="output_len", type=int, default=128,
-                   help="output tokens with --infer (default 128)")
+    p.add_argument("--output-len", "--decode-tokens", dest="output_len", type=int, default=None,
+                   help="output tokens with --infer (default 128 for a decoder; an encoder produces none)")
+    p.add_argument("--max-len", type=int, default=None,
+                   help="with --infer: the static KV cache the serving graphs are compiled for; every decode "
+                        "step reads all of it (default input + output)")
+    p.add_argument("--weight-dtype", choices=("bf16", "fp16", "int8", "fp8"), default=None,
+                   help="with --infer: how the weights are stored (dequantized to --precision on chip; "
+                        "default the precision's)")
+    p.add_argument("--vocab-parallel", action="store_true",
+                   help="split the input embedding over TP on the vocabulary (the LM head always is)")
     p.add_argument("--precision", choices=("bf16", "fp16", "fp32", "autocast-bf16"), default=None,
                    help="bf16 (default), fp16, fp32, or autocast-bf16 (fp32 master weights and optimizer "
                         "state, bf16 compute)")
@@ -234,14 +257,16 @@ def add_parser(sub) -> None:
     p.add_argument("--activation-checkpointing", action="store_true", help="recompute each decoder layer")
     p.add_argument("--price-per-hour", type=float, default=None, help="USD per instance-hour (default: price table)")
     p.add_argument("--sweep", action="store_true",
-                   help="rank fitting TP × DP × micro-batch layouts by cost per token")
+                   help="rank fitting TP × DP × micro-batch layouts by cost per token (--infer: TP × replicas "
+                        "× batch by cost per 1M output tokens, then latency)")
     p.add_argument("--out", default="plan.json",
                    help="where to write the plan (default plan.json); an --out ending in .json also gets the "
                         "page beside it (plan.html), any other name only that file")
     p.add_argument("--force", action="store_true",
                    help="replace an existing --out (or page) that torchneuron plan did not write")
-    p.add_argument("--retrace", action="store_true", help="with --validate: trace the published rows again")
-    p.add_argument("--docs", default="docs/projection.md",
-                   help="with --validate: the document whose generated section gets the table "
-                        "(default docs/projection.md; '' to skip)")
+    p.add_argument("--retrace", action="store_true",
+                   help="with --validate: trace the published rows again and keep their work and the fitted "
+                        "factors in the package (without it, --validate changes no file)")
+    p.add_argument("--docs", default=None,
+                   help="with --validate: also write the table into this document's generated section")
     p.set_defaults(func=run)

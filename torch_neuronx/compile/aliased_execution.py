@@ -32,19 +32,20 @@ def input_alias_counts(reset: bool = False) -> dict[str, int]:
 def alias_runner(
     compiled: Callable[[list], Sequence[Any]],
     devices: Sequence[torch.device | None],
-    executed: Callable[[], None] = lambda: None,
+    executed: Callable[[int], None] = lambda issued_ns: None,
     lazy_views: Sequence[int] = (),
 ) -> Callable[[list], list]:
     """A boxed callable running ``compiled`` (CPU code) on neuron arguments;
-    ``devices`` are its outputs' devices (None: not a tensor); ``executed()`` is
-    called after each run (the projection counts graph runs). The outputs at
+    ``devices`` are its outputs' devices (None: not a tensor); ``executed(issued_ns)`` is
+    called after each run with the time it began (the projection counts graph runs, a
+    profiler places them on the device timeline). The outputs at
     ``lazy_views`` (a complex conjugate or negation left as a view bit: a forward
     saving ``_conj`` for its backward) are materialized first: adoption keeps the
     memory, not the bit."""
     inputs = _C._GraphInputs(list(devices))
 
     def run(args: list) -> list:
-        start = time.perf_counter()
+        start, issued_ns = time.perf_counter(), time.time_ns()
         cpu_args, call = inputs.alias(args)  # `call` holds the neuron inputs until the end
         args.clear()
         outputs = compiled(cpu_args)
@@ -54,7 +55,7 @@ def alias_runner(
             outputs[i] = outputs[i].resolve_conj().resolve_neg()
         result = call.results(outputs)
         METRICS.add_execution(time.perf_counter() - start)
-        executed()
+        executed(issued_ns)
         return result
 
     run._boxed_call = True  # type: ignore[attr-defined]

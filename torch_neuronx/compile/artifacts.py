@@ -1,4 +1,4 @@
-"""Compiled artefacts degrade, they never break a job (issue 18).
+"""Compiled artefacts degrade, they never break a job.
 
 Inductor builds each graph's C++ into a shared object in the compile cache and,
 when that file exists, loads it without a check. A process killed while the

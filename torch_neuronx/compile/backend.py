@@ -31,7 +31,6 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._guards import CompileContext, detect_fake_mode
 from torch._inductor import config as inductor_config
 from torch._inductor.compile_fx import compile_fx_inner, partition_fn
-from torch._inductor.decomposition import select_decomp_table
 from torch._inductor.fx_passes.post_grad import view_to_reshape
 from torch._inductor.virtualized import V
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
@@ -40,12 +39,13 @@ from ..accounting import projected
 from ..runtime.errors import first_line
 from ..runtime.log import get_logger
 from ..runtime.settings import get_flag
-from . import (artifacts, cache, complex_decompose, device_interface, kernel_lowering, passes,
-               stablehlo)
+from . import artifacts, cache, device_interface, kernel_lowering, passes
 from .aliased_execution import alias_runner
-from .index_put import index_put_as_scatter
 from ..projection import graph_compile_seconds
 from .dynamo_metrics import METRICS, GraphRecord, NeuronCompilationMetrics
+from .lowering import custom_calls, lower, preserved
+from .lowering.decompositions import aot_decompositions, complex_values
+from .lowering.errors import LoweringError
 from .scatter_reinplace import scatters_reinplaced
 from .tile2d_atomic_add import corrected_cpu_codegen
 
@@ -118,7 +118,7 @@ def _us_since(start: float) -> float:
     return (time.perf_counter() - start) * 1e6
 
 
-def _lower(gm: torch.fx.GraphModule, record: NeuronCompilationMetrics) -> stablehlo.Lowered | None:
+def _lower(gm: torch.fx.GraphModule, record: NeuronCompilationMetrics) -> lower.Lowered | None:
     """``gm`` in StableHLO; None when not checked (switched off, torch-mlir absent or failing
     without a cause). When torch-mlir fails without naming an op (or names only a constant it
     left unconverted), the graph's kernels are lowered one by one: one that does not lower
@@ -126,21 +126,21 @@ def _lower(gm: torch.fx.GraphModule, record: NeuronCompilationMetrics) -> stable
     if not get_flag("TORCHNEURON_LOWER_GRAPHS"):
         record.lowering = "not checked (TORCHNEURON_LOWER_GRAPHS=0)"
         return None
-    if get_flag("TORCH_NEURONX_COMPLEX_DECOMPOSE") and complex_decompose.has_complex_values(gm):
-        gm = complex_decompose.as_real_pairs(gm)  # the graph lowered only: Inductor runs the complex one
-    custom_calls = stablehlo.custom_calls_in(gm)
-    if custom_calls:
-        record.lowering = (f"not checked (custom calls {', '.join(custom_calls)}: the real product "
+    if get_flag("TORCH_NEURONX_COMPLEX_DECOMPOSE") and complex_values.has_complex_values(gm):
+        gm = complex_values.as_real_pairs(gm)  # the graph lowered only: Inductor runs the complex one
+    calls = custom_calls.custom_calls_in(gm)
+    if calls:
+        record.lowering = (f"not checked (custom calls {', '.join(calls)}: the real product "
                            "compiles NKI kernels with the graph; torch-mlir has no route for them)")
         return None
     try:
-        return stablehlo.lower_fx_graph(gm)  # function "main": the key must not depend on the AOT counter
-    except stablehlo.LoweringError as exc:
+        return lower.lower_fx_graph(gm)  # function "main": the key must not depend on the AOT counter
+    except LoweringError as exc:
         if exc.unsupported and exc.names_op:
             raise
         failing = kernel_lowering.kernels_not_lowering(gm)
         if failing:
-            raise stablehlo.LoweringError(
+            raise LoweringError(
                 f"{failing[0].reason} (found by lowering {failing[0].op} alone: the whole graph failed "
                 "without naming an op)", [r.reason for r in failing]
             ) from None
@@ -158,10 +158,10 @@ def _lower_and_account(
         record.torch_neuronx_lower_us = lowered.seconds * 1e6
         record.stablehlo_op_count = lowered.op_count
         record.lowering = "lowered"
-        stablehlo.write_artifact(record.graph_name, lowered.text)
+        preserved.write_artifact(record.graph_name, lowered.text)
     text = lowered.text if lowered is not None else gm.code
     compiler = _graph_compiler_config()
-    record.graph_id = stablehlo.graph_key(text, example_inputs, _graph_outputs(gm), compiler)
+    record.graph_id = cache.graph_key(text, example_inputs, _graph_outputs(gm), compiler)
     record.neff_cache = cache.claim_graph(
         record.graph_id, {"op": record.graph_name, "signature": "compiled graph", "compiler": compiler}
     )
@@ -256,16 +256,6 @@ def _note_fallback(exc: Exception) -> None:
     _log.error("Execution failed: %s", message)
     _log.warning("Falling back to original GraphModule execution")
     METRICS.add_fallback(message)
-
-
-def aot_decompositions() -> dict:
-    """What AOTAutograd decomposes: Inductor's table (this backend runs Inductor's code generation),
-    plus the real product's ``histc`` (TR ``neuron_dynamo_backend/decompositions.py:1827-1868``)
-    and its compile-only ``index_put`` (``:1889-1898``; ``_unsafe_index_put`` is ``index_put``
-    in both tables), so that the graph run on the host and the graph lowered hold the same scatters."""
-    return {**select_decomp_table(), torch.ops.aten.histc.default: stablehlo.histc_by_scatter_add,
-            torch.ops.aten.index_put.default: index_put_as_scatter,
-            torch.ops.aten._unsafe_index_put.default: index_put_as_scatter}
 
 
 def _aot_neuron(settings: _Settings) -> Callable:

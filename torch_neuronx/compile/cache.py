@@ -1,19 +1,25 @@
-"""Where compiled graphs persist between processes.
+"""Where compiled graphs persist between processes, and the key that identifies one.
 
 On Trainium a compiled graph is a NEFF kept in the Neuron cache directory; here
 the compiled artefacts are Inductor's (FX graph cache, generated C++ and the
 shared objects built from it), so Inductor's cache directory is pointed at the
 ``compile`` directory of ``runtime/cache_dirs.py``. It must be set before any
-compile *or* ``torch.compiler.load_cache_artifacts()``, hence at import.
+compile *or* ``torch.compiler.load_cache_artifacts()``, hence at import. A graph is
+accounted against the NEFF cache under its graph key (:func:`graph_key`), as on Trainium.
 """
 from __future__ import annotations
 
 import atexit
+import hashlib
+import json
 import os
 import shutil
 import tempfile
 import weakref
 from pathlib import Path
+from typing import Any, Sequence
+
+import torch
 
 from ..runtime import cache_dirs, settings
 from ..runtime.log import get_logger
@@ -92,3 +98,21 @@ def claim_graph(key: str, record: dict) -> str:
     if neff_cache is not None and neff_cache.claim(key, record) is Outcome.HIT:
         return "disk hit"
     return "compiled"
+
+
+def _describe(values: Sequence[Any]) -> list[str]:
+    return [
+        f"{tuple(v.shape)}:{v.dtype}" if isinstance(v, torch.Tensor) else type(v).__name__ for v in values
+    ]
+
+
+def graph_key(text: str, inputs: Sequence[Any], outputs: Sequence[Any], compiler: dict) -> str:
+    """sha256 of the StableHLO text, the I/O shapes and dtypes and the compiler configuration.
+
+    The real product's graph key (``stablehlo_utils.py:14-56``, ``compile.py:97-113``)
+    with its compiler suffix (target, LNC, ``-O2``, ``NEURON_CC_FLAGS``).
+    """
+    digest = hashlib.sha256(text.encode())
+    digest.update(json.dumps({"in": _describe(inputs), "out": _describe(outputs),
+                              "compiler": compiler}, sort_keys=True).encode())
+    return digest.hexdigest()

@@ -16,6 +16,7 @@ import dataclasses
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -24,7 +25,9 @@ from torch.utils import _pytree as pytree
 from .. import accounting
 from ..runtime.errors import first_line
 from ..runtime.settings import get_flag, get_str
-from . import stablehlo
+from .lowering import custom_calls, decompositions, lower
+from .lowering.errors import LoweringError
+from .lowering.functionalise import functional_form
 
 NOT_CHECKED = "not checked (torch-mlir is not installed)"
 
@@ -92,8 +95,8 @@ def as_meta(value: Any) -> Any:
 def _trace(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) -> torch.fx.GraphModule:
     """A functional ATen graph of one call, tensors as inputs and everything else baked in
     (traced on fake CPU twins of the meta inputs: no memory, and ops that copy trace)."""
-    gm, _ = stablehlo.trace_call(overload, args, kwargs, lambda v: isinstance(v, torch.Tensor),
-                                 stablehlo.torch_mlir_decompositions(), functional=True)
+    gm, _ = decompositions.trace_call(overload, args, kwargs, lambda v: isinstance(v, torch.Tensor),
+                                 decompositions.torch_mlir_decompositions(), functional=True)
     return gm
 
 
@@ -113,9 +116,9 @@ def _resize_outputs(overload: torch._ops.OpOverload, args: tuple, kwargs: dict) 
 def lower_kernel(op: str, args: tuple, kwargs: dict | None = None) -> LoweringResult:
     """Lower one kernel signature (``op`` like ``"aten::add.Tensor"``, tensors on ``meta``)."""
     start = time.perf_counter()
-    if not stablehlo.available():
+    if not lower.available():
         return LoweringResult(op, None, reason=NOT_CHECKED)
-    if stablehlo.is_custom_call(op):
+    if custom_calls.is_custom_call(op):
         return LoweringResult(op, None, reason="a custom call (an NKI kernel, or the emulator's attention "
                                                "kernel standing in for the real product's own): not "
                                                "lowered through StableHLO")
@@ -132,8 +135,8 @@ def lower_kernel(op: str, args: tuple, kwargs: dict | None = None) -> LoweringRe
         return LoweringResult(op, False, stage="trace", reason=first_line(exc, limit=300),
                               seconds=time.perf_counter() - start)
     try:
-        lowered = stablehlo.lower_fx_graph(gm, name=op.replace("::", "_").replace(".", "_"), decompose=False)
-    except stablehlo.LoweringError as exc:  # not ``unsupported``: nothing is known (lowered=None)
+        lowered = lower.lower_fx_graph(gm, name=op.replace("::", "_").replace(".", "_"), decompose=False)
+    except LoweringError as exc:  # not ``unsupported``: nothing is known (lowered=None)
         return LoweringResult(op, False if exc.unsupported else None, stage="lower", reason=str(exc),
                               seconds=time.perf_counter() - start)
     return LoweringResult(op, True, stablehlo_op_count=lowered.op_count,
@@ -153,7 +156,7 @@ def kernels_not_lowering(gm: torch.fx.GraphModule) -> list[LoweringResult]:
     their dimension constants unconverted); inside a graph they lower.
     """
     failing, seen = [], set()
-    for node in stablehlo.decomposed(stablehlo.functional_form(gm)).graph.nodes:
+    for node in decompositions.decomposed(functional_form(gm)).graph.nodes:
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         if node.target.is_view:
@@ -194,6 +197,12 @@ class KernelLoweringCollector:
             self._seen.add(key)
             return self._results.setdefault(key, result)
 
+    def stablehlo_sizes(self, keys: Iterable[Any]) -> dict[Any, int | None]:
+        """The StableHLO op count of each of ``keys`` that was lowered; None for one that was not."""
+        with self._lock:
+            return {k: self._results[k].stablehlo_op_count if k in self._results and self._results[k].lowered
+                    else None for k in set(keys)}
+
     def forget_seen(self) -> None:
         """Restart the report; lowered signatures stay cached and are not lowered again."""
         with self._lock:
@@ -204,11 +213,12 @@ class KernelLoweringCollector:
             self._results.clear()
             self._seen.clear()
 
-    def report(self) -> dict:
+    def report(self, keys: Iterable[Any] | None = None) -> dict:
         """Per-op summary: kernels lowered, ops that would fall back to CPU (or, under
-        ``TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1``, fail), with the reason."""
+        ``TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1``, fail), with the reason; of the
+        signatures seen since the last ``forget_seen()``, or of ``keys`` (each counted once)."""
         with self._lock:
-            results = [self._results[k] for k in self._seen]
+            results = [self._results[k] for k in (self._seen if keys is None else set(keys)) if k in self._results]
         verdict = "would fail" if fallback_only_for_unimplemented() else "would fall back to CPU"
         stablehlo_ops: dict[str, int] = defaultdict(int)
         fall_back: dict[str, str] = {}
@@ -264,9 +274,15 @@ def eager_lowering_active() -> bool:
     return _listening
 
 
-def eager_lowering_report() -> dict:
-    """The ``lowering`` section of ``torch_neuronx.metrics()``: ``enabled`` plus the collector's report."""
-    return {"enabled": _listening, **_collector.report()}
+def eager_lowering_report(keys: Iterable[str] | None = None) -> dict:
+    """The ``lowering`` section of ``torch_neuronx.metrics()``: ``enabled`` plus the collector's
+    report (of the signatures ``keys``, each once, when given)."""
+    return {"enabled": _listening, **_collector.report(keys)}
+
+
+def stablehlo_sizes(keys: Iterable[str]) -> dict[str, int | None]:
+    """Each eager kernel signature's StableHLO op count where it was lowered, else None."""
+    return _collector.stablehlo_sizes(keys)
 
 
 def reset_eager_lowering() -> None:

@@ -1,12 +1,12 @@
 """The scatters of our ``index_put`` written in place by Inductor, as its own ``index_put`` is.
 
 The AOTAutograd table of ``backend="neuron"`` writes ``index_put`` as a scatter into the
-flattened tensor (compile/index_put.py, the real product's table). A static KV cache is
+flattened tensor (compile/lowering/decompositions/index_put.py, the real product's table). A static KV cache is
 updated that way on every decode step (``index_copy_`` → ``index_put`` → ``scatter``), and
 Inductor 2.13 reinplaces ``index_put`` but not ``scatter``: each step then allocated a copy of
 every layer's key and value cache, scattered the new token into the copy and copied it back
 (30 host buffers per decode step of the benchmark's Llama against Inductor's 14 on the same
-model on CPU: the compiled decode's gap per token, docs/benchmarks.md). With ``scatter``/``scatter_add`` among Inductor's
+model on CPU: the compiled decode's gap per token). With ``scatter``/``scatter_add`` among Inductor's
 reinplaceable ops the update is written into the cache itself, under Inductor's own rules
 (only when nothing reads the old value afterwards). Only the graph run on the host changes:
 the graph projected, lowered and keyed keeps the product's scatter.

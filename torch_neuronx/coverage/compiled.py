@@ -5,7 +5,7 @@ a compiled forward, a compiled training step (loss and gradients) and greedy
 ``generate`` with a static cache, which Transformers compiles by itself on
 ``neuron``. Graph lowering to StableHLO is on, as on Trainium. A failure is
 classified by who shares it: ``shared`` when torch-mlir names an op it cannot
-lower (:attr:`stablehlo.LoweringError.unsupported`: the real product lowers
+lower (:attr:`LoweringError.unsupported`: the real product lowers
 with the same torch-mlir and fails the same way) or when the product's own
 compile decompositions refuse the graph (:class:`index_put.UnsupportedOnNeuron`),
 ``ours`` for anything else
@@ -45,8 +45,8 @@ def _chain(exc: BaseException):
 def classify_failure(exc: BaseException) -> dict:
     """``error`` (the op torch-mlir names, else the outer error and its root cause), ``cause``
     (``shared`` or ``ours``) and ``op`` (the op that does not lower, or None)."""
-    from ..compile.index_put import UnsupportedOnNeuron
-    from ..compile.stablehlo import LoweringError
+    from ..compile.lowering.decompositions.index_put import UnsupportedOnNeuron
+    from ..compile.lowering.errors import LoweringError
 
     chain = list(_chain(exc))
     lowering = next((e for e in chain if isinstance(e, LoweringError)), None)

@@ -193,7 +193,7 @@ def _compiled_figures(results: list[dict]) -> dict:
     return {
         "checked": len(checked), **{s: len(names) for s, names in by_status.items()},
         "passing_with_unlowered_graphs": unlowered,
-        # the target: every architecture passing the eager checks passes the compiled ones
+        # the target: every architecture passing the eager checks passes the compiled ones
         "eager_passing": len(eager_pass),
         "eager_passing_compiled_pass": sum(r["compiled"]["status"] == "pass" for r in eager_pass),
         "shared_failures": by_status["shared_fail"], "ours_failures": by_status["ours_fail"],

@@ -4,6 +4,7 @@
 #include "aten/native/Native.h"
 #include "accounting/Accounting.h"
 #include "numerics/Narrowing.h"
+#include "profiler/DeviceTrace.h"
 #include "runtime/Alias.h"
 #include "runtime/Allocator.h"
 #include "runtime/AllocatorSizes.h"
@@ -28,6 +29,11 @@ namespace torch_neuronx {
 // signature, arguments) where the arguments are a tuple with every tensor
 // replaced by a meta tensor.
 void set_signature_callback(py::object fn);
+// Defined in profiler/DeviceTrace.cpp, for the same reason: registers the
+// device's Kineto activity profiler, whose sessions call on_start(custom
+// config) when a profile starts and build(notes, start ns, end ns) when it
+// stops (torch_neuronx/profiling/session.py says what they take and return).
+void install_device_trace(py::object on_start, py::object build);
 
 namespace {
 
@@ -197,6 +203,15 @@ void bind_accounting(py::module& m) {
   m.def("_forget_signatures", &forget_signatures);
 }
 
+void bind_device_trace(py::module& m) {
+  m.def("_install_device_trace", &install_device_trace);
+  m.def("_device_trace_note", [](int kind, uint64_t payload, int64_t issue_ns) {
+    TORCH_CHECK(kind == 1 || kind == 2, "_device_trace_note: kind is 1 (graph) or 2 (collective), not ", kind);
+    note_device_work(static_cast<DeviceWork>(kind), payload, issue_ns);
+  }, "Note a compiled graph (1) or collective (2) issued at issue_ns (Unix ns) while a profile records");
+  m.def("_device_trace_recording", &device_trace_recording);
+}
+
 void bind_numerics(py::module& m) {
   m.def("_set_narrowing_mode", &set_narrowing_mode);
   m.def("_narrowing_mode", &configured_narrowing_mode);
@@ -216,4 +231,5 @@ PYBIND11_MODULE(_C, m) {
   bind_routes(m);
   bind_accounting(m);
   bind_numerics(m);
+  bind_device_trace(m);
 }

@@ -1,6 +1,6 @@
 """A clear error for applying FSDP2 to parameters that are already sharded.
 
-The brief's TP×FSDP recipe says: don't re-apply FSDP to a pre-sharded model.
+In a TP×FSDP layout FSDP is applied once; re-applying it to a pre-sharded model is a mistake.
 PyTorch's own failure for that is an internal one (``Cannot concatenate
 overlapping meshes`` from deep inside ``FSDPParam``). ``fully_shard`` is
 wrapped, once its module is first imported, so the mistake is reported in

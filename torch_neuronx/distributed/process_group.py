@@ -32,6 +32,7 @@ from torch._C._distributed_c10d import _create_work_from_future
 
 from ..runtime.extension import _C
 from ..runtime import settings
+from ..accounting.device_work import note_collective
 from ..projection.collectives import COLLECTIVE_LOG
 from .faults import DistributedFault, PeerTable
 from .setup import BACKEND_NAME
@@ -169,11 +170,13 @@ class ProcessGroupNeuron(dist.ProcessGroup):
     def _run(self, what: str, start: Callable[[], dist.Work],
              results: list[torch.Tensor]) -> dist.Work:
         """Start a gloo collective, wait for it, and name the culprit on failure."""
+        issued_ns = time.time_ns()
         try:
             start().wait()
         except (RuntimeError, dist.DistBackendError) as exc:
             raise DistributedFault(self._peers.explain(what, self._describe(), exc)) from exc
-        COLLECTIVE_LOG.record(what, results, self)  # for the projected time (docs/projection.md)
+        # for the projected time (docs/projection.md) and a recording profiler's device timeline
+        note_collective(COLLECTIVE_LOG.record(what, results, self), issued_ns)
         return _completed(results)
 
     def _describe(self) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 
 from ..runtime.hardware_data import load_hardware_data
-from ..runtime.settings import get_str
+from ..runtime.settings import get_choice
 
 _TARGETS = ("trn1", "trn2", "trn3")
 
@@ -34,12 +34,8 @@ _ALIASES = {"gen2": "trn1", "gen3": "trn2", "gen4": "trn3"}
 
 def current_target() -> str:
     """``NEURON_PLATFORM_TARGET_OVERRIDE`` if set, else the instance profile's family."""
-    override = (get_str("NEURON_PLATFORM_TARGET_OVERRIDE") or "").lower()
+    override = get_choice("NEURON_PLATFORM_TARGET_OVERRIDE")  # one of _TARGETS or _ALIASES (its declaration)
     if override:
-        if _ALIASES.get(override, override) not in _TARGETS:
-            raise ValueError(
-                f"NEURON_PLATFORM_TARGET_OVERRIDE={override!r} is not a NKI target; "
-                f"use one of {sorted(_TARGETS) + sorted(_ALIASES)}")
         return _ALIASES.get(override, override)
     from ..runtime.profiles import get_profile
 

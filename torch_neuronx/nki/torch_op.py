@@ -84,7 +84,7 @@ def nki_op(name: str, fn: Callable | None = None, /, *, mutates_args: str | Iter
     op = torch.library.custom_op(name, impl, mutates_args=mutates_args, device_types="cpu", schema=schema)
     op.register_fake(_fake_by_running(impl))
     _declare_non_tensor_arguments_static(op)
-    from ..compile.stablehlo import register_custom_call
+    from ..compile.lowering.custom_calls import register_custom_call
 
     register_custom_call(op._opoverload._schema.name)
     return op

@@ -64,17 +64,22 @@ def signature_keys(device: torch.device) -> set[str]:
     return {key for key, n in _C._signature_calls().items() if n}
 
 
-def projected_compile(device: torch.device, eager_kernels: int, dynamo: dict | None) -> dict | None:
-    """The projected first-run (empty NEFF cache) compile of a mode: its distinct kernel
-    signatures and the graphs the neuron backend compiled (projection's one model), or None
-    off the neuron device."""
+def projected_compile(device: torch.device, eager_sizes: list[int | None], dynamo: dict | None) -> dict | None:
+    """The projected first-run (empty NEFF cache) compile of a mode (projection's one model), or
+    None off the neuron device: one program per distinct kernel signature — sized by its
+    StableHLO where it was lowered (``eager_sizes``: each signature's op count, None if not
+    lowered), else a one-kernel program — and one per graph the neuron backend compiled.
+    ``eager_kernels`` and ``graphs`` count the signatures and the torch.compile graphs."""
     if device.type != "neuron":
         return None
     from torch_neuronx.projection import GraphProgram, get_projector
 
     graphs = [GraphProgram(g["graph_node_count"], g["stablehlo_op_count"])
               for g in ((dynamo or {}).get("neuron_backend") or {}).get("compiled_graphs", [])]
-    return get_projector().compile(eager_kernels=eager_kernels, graphs=graphs).to_dict()
+    lowered = [GraphProgram(1, ops) for ops in eager_sizes if ops is not None]
+    projected = get_projector().compile(eager_kernels=sum(ops is None for ops in eager_sizes),
+                                        graphs=lowered + graphs).to_dict()
+    return {**projected, "eager_kernels": len(eager_sizes), "graphs": len(graphs)}
 
 
 def reset_fidelity() -> None:

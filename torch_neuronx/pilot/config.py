@@ -7,6 +7,9 @@ from pathlib import Path
 
 import torch
 
+from ..runtime.errors import UsageError
+from ..runtime.spellings import closest, dtype_name, pick
+
 MODES = ("eager", "compile", "both")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
@@ -18,8 +21,9 @@ class PilotError(Exception):
     """Bad input or an environment problem: reported in one line, never as a traceback.
 
     ``kind`` names the class of problem (``bad_input``, ``not_causal_lm``, ``bad_tokenizer``,
-    ``out_of_memory``, ``unsupported_dtype``, ``device_unavailable``) so the
-    report and tests can tell them apart.
+    ``out_of_memory``, ``unsupported_dtype``, ``device_unavailable``; an environment
+    variable is a ``ConfigError``, kind ``configuration``) so the report and tests can
+    tell them apart.
     """
 
     def __init__(self, kind: str, message: str):
@@ -89,12 +93,10 @@ class PilotConfig:
 
     def validate(self) -> None:
         """Raise :class:`PilotError` for any option the pilot cannot use."""
-        if self.dtype not in DTYPES:
-            raise PilotError(
-                "unsupported_dtype",
-                f"dtype {self.dtype!r} is not supported by the pilot; choose one of "
-                f"{', '.join(DTYPES)} (Trainium has no 64-bit floating point)",
-            )
+        try:
+            self.dtype = dtype_name(self.dtype)
+        except UsageError as exc:
+            raise PilotError("unsupported_dtype", f"{exc} (Trainium has no 64-bit floating point)") from None
         if self.mode not in MODES:
             raise PilotError("bad_input", f"--mode {self.mode!r} must be one of {', '.join(MODES)}")
         if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
@@ -121,15 +123,17 @@ class PilotConfig:
                 raise PilotError("bad_input", f"{option} must be a positive, finite number (got {value})")
         from ..runtime.profiles import PROFILES
 
-        if self.instance is not None and self.instance not in PROFILES:
-            raise PilotError(
-                "bad_input", f"--instance {self.instance!r} is not a known profile; choose one of {', '.join(PROFILES)}"
-            )
+        try:
+            if self.instance is not None:
+                self.instance = pick(self.instance, PROFILES, "--instance")
+        except UsageError as exc:
+            raise PilotError("bad_input", str(exc)) from None
         if self.model is not None and not Path(self.model).is_dir():
             raise PilotError(
                 "bad_input",
                 f"model path {self.model!r} is not a directory; pass a local Transformers "
-                "checkpoint directory (no downloads), or omit MODEL for the built-in default",
+                "checkpoint directory (no downloads), or omit MODEL for the built-in default"
+                + _near_directory(Path(self.model)),
             )
         if self.inputs is not None and not Path(self.inputs).is_file():
             raise PilotError("bad_input", f"--inputs file {str(self.inputs)!r} does not exist")
@@ -140,3 +144,14 @@ class PilotConfig:
         data["out"] = str(self.out)
         data["inputs"] = str(self.inputs) if self.inputs else None
         return data
+
+
+def _near_directory(path: Path) -> str:
+    """``"; did you mean './my-gpt2'?"`` for a directory beside ``path`` whose name is close."""
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        siblings = {p.name: p for p in parent.iterdir() if p.is_dir()}
+    except OSError:
+        return ""
+    near = closest(path.name, siblings)
+    return f"; did you mean {str(parent / near)!r}?" if near else ""

@@ -39,7 +39,9 @@ class PilotConsole:
     def error(self, message: str) -> None:
         self.errors.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True, highlight=False)
 
-    def summary(self, report: dict, out: Path) -> None:
+    def summary(self, report: dict, files: list[Path], kept: bool = False) -> None:
+        """The run's verdict, its steps (if any ran) and where its report is; ``kept``: the last
+        complete run's report is still beside it (this run stopped on an error)."""
         env = report["environment"]
         model = report.get("model") or {}
         self.console.print()
@@ -63,4 +65,6 @@ class PilotConsole:
                            f"{report['duration_seconds']:.0f}s (exit code {report['exit_code']})")
         for name in s["failed_checks"]:
             self.console.print(f"  [red]✗[/red] {name}")
-        self.console.print(f"report: {out / 'report.json'}  {out / 'report.html'}")
+        self.console.print("report: " + "  ".join(map(str, files)))
+        if kept:
+            self.console.print(f"the last complete run's report and files in {files[0].parent} are kept")

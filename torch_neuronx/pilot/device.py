@@ -16,6 +16,8 @@ def resolve_device(name: str) -> torch.device:
         raise PilotError("bad_input", f"--device {name!r} is not a PyTorch device name") from None
     if device.type == "cpu":
         return device
+    if device.type == "neuron":
+        torch.neuron.topology()  # an environment variable the device cannot use: its ConfigError, by name
     module = getattr(torch, device.type, None)
     if module is None or not module.is_available():
         raise PilotError("device_unavailable", f"device {device.type!r} is not available in this process")

@@ -68,22 +68,23 @@ def load_tokenizer(model_dir: str | None) -> tuple[object, str | None]:
     if model_dir is None:
         return builtin_tokenizer(), None
     present = [name for name in TOKENIZER_FILES if (Path(model_dir) / name).is_file()]
+    if not present:  # a model saved without its tokenizer: Transformers would build one with no vocabulary
+        return builtin_tokenizer(), "the checkpoint has no tokenizer files; using the built-in byte-level tokenizer"
     try:
         from transformers import AutoTokenizer
 
         tokenizer = Tokenizer(AutoTokenizer.from_pretrained(model_dir, local_files_only=True))
     except Exception as exc:
-        if present:
-            return builtin_tokenizer(), (f"the checkpoint's tokenizer ({', '.join(present)}) does not load "
+        return builtin_tokenizer(), (f"the checkpoint's tokenizer ({', '.join(present)}) does not load "
                                      f"({first_line(exc)}); using the built-in byte-level tokenizer instead")
-        return builtin_tokenizer(), "the checkpoint has no tokenizer files; using the built-in byte-level tokenizer"
     ids = tokenizer.encode(BUILTIN_TEXT)
     unk = tokenizer.unk_token_id
     unknown = sum(i == unk for i in ids) / len(ids) if ids and unk is not None else 0.0
     if not ids or unknown > MAX_UNKNOWN_SHARE:
         raise PilotError("bad_tokenizer", f"the tokenizer of {model_dir} ({tokenizer.name}) cannot encode the built-in "
-                                          f"text: {unknown:.0%} of its tokens are the unknown token"
-                                          + ("" if present else " (the checkpoint has no tokenizer files)"))
+                                          f"text: {unknown:.0%} of its tokens are the unknown token; save the model's "
+                                          "own tokenizer into the checkpoint (tokenizer.save_pretrained), or remove its "
+                                          f"tokenizer files ({', '.join(present)}) to use the built-in byte-level one")
     return tokenizer, None
 
 

@@ -1,11 +1,13 @@
 """Where a pilot's files go: ``--out`` checked first, a run staged apart, published only when it ends.
 
-A run writes into a fresh staging directory inside ``--out``; when it ends
-(passed, failed or an error report) its files replace the previous run's in
-one pass, ``report.json`` last. An interrupted run publishes nothing: the
-previous report stays intact and the partial one is written beside it as
-``report.interrupted.json``. Only the pilot's own file names are ever touched
-in ``--out``, and nothing is ever written inside the model directory.
+A run writes into a fresh staging directory inside ``--out``. A run that reaches its
+end (its checks passed or failed) replaces the previous run's files in one pass,
+``report.json`` last. A run that stops on an error (bad input, an unusable setting,
+an internal error) or an interrupt replaces nothing: the last complete run's files
+stay as they were, and its own report goes beside them (``report.error.json`` and
+``report.error.html``, or ``report.interrupted.json``). Only the pilot's own file
+names are ever touched in ``--out``, and nothing is ever written inside the model
+directory.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from .config import PilotError
 REPORT = "report.json"
 PROJECTED_TRACE = "projected-trace.json"  # the fine-tune steps' projected timeline (Chrome/Perfetto)
 INTERRUPTED = "report.interrupted.json"
+ERROR_REPORT, ERROR_PAGE = "report.error.json", "report.error.html"  # a run that stopped on an error
 # every name a run may leave in --out; report.json is published last, so it marks a complete run
 RUN_FILES = ("inputs.json", "checkpoint", "report.html", PROJECTED_TRACE, REPORT)
 STAGING_PREFIX = ".pilot-run-"
@@ -52,9 +55,11 @@ class Staging:
         except OSError as exc:
             raise PilotError("bad_input", f"--out {out} cannot be written: {exc.strerror or exc}") from None
 
-    def publish(self) -> None:
-        """Replace the previous run's files by this run's; files this run did not produce go too."""
-        _remove(self.out / INTERRUPTED)
+    def publish(self) -> list[Path]:
+        """Replace the previous run's files by this run's; files this run did not produce go too,
+        and so do the reports of runs that stopped since. Returns the report's two files."""
+        for name in (INTERRUPTED, ERROR_REPORT, ERROR_PAGE):
+            _remove(self.out / name)
         for name in RUN_FILES:
             new, old = self.dir / name, self.out / name
             if old.is_dir() or not new.exists():  # a file is replaced atomically below; a directory is not
@@ -62,6 +67,18 @@ class Staging:
             if new.exists():
                 os.replace(new, old)
         self.discard()
+        return [self.out / REPORT, self.out / "report.html"]
+
+    def keep_failed(self) -> list[Path]:
+        """A run that stopped on an error: its report beside the last complete run's files, which
+        stay as they were; this run's other files are discarded. Returns the report's files."""
+        kept = []
+        for staged, name in ((REPORT, ERROR_REPORT), ("report.html", ERROR_PAGE)):
+            if (self.dir / staged).exists():
+                os.replace(self.dir / staged, self.out / name)
+                kept.append(self.out / name)
+        self.discard()
+        return kept
 
     def keep_interrupted(self, text: str) -> Path:
         """The partial report beside the previous one; this run's other files are discarded."""

@@ -52,16 +52,16 @@ def load_config(model: str):
     return config
 
 
-def check_tp(config, tp: int) -> None:
-    """TP shards attention heads and the MLP evenly; KV heads are split evenly, or replicated
-    when TP is a multiple of them (as NxD does). TP > 1 needs the model's own TP plan."""
-    if tp > 1 and not getattr(config, "base_model_tp_plan", None):
-        raise UsageError(f"model type {config.model_type!r} has no tensor-parallel plan in Transformers: "
-                         "use --tp 1 (TP needs a model that defines one: llama, qwen2, mistral, ...)")
-    for field in ("num_attention_heads", "intermediate_size"):
-        n = getattr(config, field, None)
-        if n is not None and n % tp:
-            raise UsageError(f"--tp {tp} does not divide {field}={n} of the model")
-    kv = getattr(config, "num_key_value_heads", None)
-    if kv is not None and kv % tp and tp % kv:
-        raise UsageError(f"--tp {tp} neither divides nor is a multiple of num_key_value_heads={kv} of the model")
+def model_kind(config) -> str:
+    """``decoder`` (a causal LM: prefill, then one token per step), ``encoder`` (one forward of the
+    batch: BERT, RoBERTa, DistilBERT, ...) or ``encoder-decoder``; read from the class the config
+    names (``architectures``), else from its ``model_type``."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+    if getattr(config, "is_encoder_decoder", False):
+        return "encoder-decoder"
+    names = getattr(config, "architectures", None) or ()
+    if names:
+        return "decoder" if any(n.endswith(("CausalLM", "LMHeadModel")) for n in names) else "encoder"
+    causal = config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    return "decoder" if causal and config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES else "encoder"

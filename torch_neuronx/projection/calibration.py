@@ -20,7 +20,8 @@ from ..runtime.settings import get_str
 from .hardware import ENGINES, LINKS, load_data
 
 CALIBRATION_SCHEMA = 1
-EFFICIENCY_KEYS = ENGINES[:-1] + ("hbm", "dma", "link")  # dma-class kernels use the dma bandwidth
+# dma-class kernels use the dma bandwidth; "efa" (collectives between instances) defaults to "link"
+EFFICIENCY_KEYS = ENGINES[:-1] + ("hbm", "dma", "link", "efa")
 LAUNCH_KEYS = ("eager", "graph")
 OP_OVERRIDE_KEYS = ("engine", "efficiency", "launch_seconds")
 RETIRED_FIELDS = ("compile_seconds_per_graph",)  # older files: read, ignored, warned about once per load

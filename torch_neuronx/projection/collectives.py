@@ -95,7 +95,13 @@ def collective_seconds(record: CollectiveRecord, device: DeviceModel, cal: Calib
         raise ProjectionError(f"no {record.link} bandwidth is known for {device.instance}; give "
                               f"link_bytes_per_s.{record.link} in a calibration file")
     latency = cal.link_latency_seconds[record.link]
-    return steps * latency + factor * record.nbytes / (bandwidth * cal.efficiency["link"])
+    return steps * latency + factor * record.nbytes / (bandwidth * link_efficiency(cal, record.link))
+
+
+def link_efficiency(cal: Calibration, link: str) -> float:
+    """Achieved / peak bandwidth over ``link``: EFA between instances has its own factor (default
+    the links' inside an instance)."""
+    return cal.efficiency.get("efa", cal.efficiency["link"]) if link == "efa" else cal.efficiency["link"]
 
 
 # the process group's operation names → the algorithm that projects them

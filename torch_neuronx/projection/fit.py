@@ -17,21 +17,23 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .job import FACTORS_FILE, Factors, InferenceWork, TrainingWork, clear_cache, inference_time, training_time
+from .job import FACTORS_FILE, Factors, TrainingWork, clear_cache, training_time
 from .published import PublishedRow
+from .serving import EncoderTime, EncoderWork, InferenceWork, serving_time
 
 # factor → (lowest, highest, default, meaning); latencies are fitted on a log scale
 BOUNDS = {
     "tensor_efficiency": (0.05, 1.0, 0.5, "achieved / peak TensorE FLOP/s inside a compiled graph (matmul "
                           "tiling, pipeline fill, engines waiting on each other)"),
     "hbm_efficiency": (0.05, 1.0, 0.8, "achieved / peak HBM bandwidth for a graph's own traffic"),
-    "link_efficiency": (0.05, 1.0, 0.8, "achieved / peak bandwidth of collectives and pipeline sends "
-                        "(on chip, NeuronLink, EFA)"),
+    "link_efficiency": (0.05, 1.0, 0.8, "achieved / peak bandwidth of collectives and pipeline sends inside "
+                        "an instance (on chip, NeuronLink: a ring uses one of a chip's links, not all)"),
     "launch_seconds": (1e-6, 1e-3, 3e-5, "fixed cost of launching one compiled graph (and the host's share "
                        "of each step)"),
     "collective_step_seconds": (1e-7, 1e-4, 5e-6, "latency of one step of a ring or tree collective"),
     "spill_fraction": (0.0, 1.0, 0.5, "share of the eager kernels' intermediate HBM traffic a compiled graph "
                        "still moves (what the compiler does not keep in SBUF)"),
+    "efa_efficiency": (0.05, 1.0, 0.8, "achieved / peak EFA bandwidth of collectives between instances"),
 }
 _LOG = {"launch_seconds", "collective_step_seconds"}
 PRIOR_WEIGHT = 0.01
@@ -59,11 +61,13 @@ def _from_factors(f: Factors) -> np.ndarray:
 DEFAULTS = Factors(**{name: b[2] for name, b in BOUNDS.items()})
 
 
-def predict(work: TrainingWork | InferenceWork, f: Factors) -> dict[str, float]:
+def predict(work: TrainingWork | InferenceWork | EncoderWork, f: Factors) -> dict[str, float]:
     """The projected figures a published row states, in seconds."""
     if isinstance(work, TrainingWork):
         return {"step_seconds": training_time(work, f).step_seconds}
-    t = inference_time(work, f)
+    t = serving_time(work, f)
+    if isinstance(t, EncoderTime):
+        return {"latency_seconds": t.latency_seconds}
     return {"ttft_seconds": t.ttft_seconds, "tpot_seconds": t.tpot_seconds}
 
 

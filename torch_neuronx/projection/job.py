@@ -1,5 +1,5 @@
 """A whole job on many ranks: compiled graphs per micro-step, the 1F1B pipeline, gradient
-accumulation to a global batch, the data-parallel reduction, and inference's prefill/decode split.
+accumulation to a global batch, and the data-parallel reduction (serving: ``serving.py``).
 
 The work of one rank is held as factor-free quantities (``GraphWork``: FLOPs as TensorE
 seconds at peak, bytes, kernels; ``CommWork``: link seconds at full bandwidth and
@@ -31,10 +31,11 @@ class Factors:
 
     tensor_efficiency: float  # achieved / peak TensorE rate inside a compiled graph
     hbm_efficiency: float  # achieved / peak HBM bandwidth
-    link_efficiency: float  # achieved / peak bandwidth of NeuronLink, EFA and on-chip collectives
+    link_efficiency: float  # achieved / peak bandwidth of collectives inside an instance (on chip, NeuronLink)
     launch_seconds: float  # fixed cost of one graph launch
     collective_step_seconds: float  # latency of one step of a ring or tree collective
     spill_fraction: float  # share of the eager kernels' intermediate traffic a compiled graph still moves to HBM
+    efa_efficiency: float  # achieved / peak EFA bandwidth of collectives between instances
 
     @classmethod
     def of(cls, cal: Calibration) -> "Factors":
@@ -43,13 +44,14 @@ class Factors:
         return cls(tensor_efficiency=cal.efficiency["tensor"], hbm_efficiency=cal.efficiency["hbm"],
                    link_efficiency=cal.efficiency["link"], launch_seconds=cal.launch_seconds["graph"],
                    collective_step_seconds=max(cal.link_latency_seconds.values()),
-                   spill_fraction=cal.graph_spill_fraction)
+                   spill_fraction=cal.graph_spill_fraction,
+                   efa_efficiency=cal.efficiency.get("efa", cal.efficiency["link"]))
 
     def calibration(self, base: Calibration) -> Calibration:
         """``base`` with these factors in force (what the eager per-op projection runs on)."""
         return dataclasses.replace(
             base, efficiency={**base.efficiency, "tensor": self.tensor_efficiency, "hbm": self.hbm_efficiency,
-                              "link": self.link_efficiency},
+                              "link": self.link_efficiency, "efa": self.efa_efficiency},
             launch_seconds={**base.launch_seconds, "graph": self.launch_seconds},
             link_latency_seconds=dict.fromkeys(LINKS, self.collective_step_seconds),
             graph_spill_fraction=self.spill_fraction,
@@ -75,21 +77,26 @@ class ErrorBand:
     """How far the projection was from AWS's published figures of one kind, predicting each
     row with factors fitted on the other rows (leave-one-out)."""
 
-    figure: str  # step_seconds (training), ttft_seconds or tpot_seconds (inference)
+    figure: str  # a key of FIGURES
     fraction: float  # the largest leave-one-out relative error among those figures
     rows: int  # published rows holding such a figure
     total_rows: int  # rows in the calibration set
 
     def text(self) -> str:
-        kind = "training" if self.figure == "step_seconds" else "inference"
-        return (f"±{self.fraction:.0%}, leave-one-out over {self.rows} published Trainium {kind} result"
-                f"{'s' if self.rows > 1 else ''} (of {self.total_rows} fitted)")
+        return (f"±{self.fraction:.0%}, leave-one-out over {self.rows} published Trainium "
+                f"{FIGURES.get(self.figure, self.figure)} figure{'s' if self.rows > 1 else ''} "
+                f"(of {self.total_rows} rows fitted)")
+
+
+# the kinds of published figure, each with its own band
+FIGURES = {"step_seconds": "training step", "ttft_seconds": "time-to-first-token",
+           "tpot_seconds": "time-per-output-token", "latency_seconds": "encoder latency"}
 
 
 def error_band(figure: str = "step_seconds") -> ErrorBand:
     """The band every projected figure derived from ``figure`` carries (the plan and the pilot):
     ``step_seconds`` for training times, throughput and cost; ``ttft_seconds`` and
-    ``tpot_seconds`` for inference."""
+    ``tpot_seconds`` for a decoder's serving; ``latency_seconds`` for an encoder's."""
     loo = _factors_data()["leave_one_out"]
     if figure not in loo["by_figure"]:
         raise ValueError(f"no leave-one-out error for {figure!r}; known: {sorted(loo['by_figure'])}")
@@ -186,18 +193,21 @@ def graph_work(name: str, kernels: Mapping[str, KernelCost], calls: Mapping[str,
 
 @dataclasses.dataclass(frozen=True)
 class CommWork:
-    """Collectives on the critical path: link seconds at full bandwidth plus latency steps."""
+    """Collectives on the critical path: link seconds at full bandwidth (inside an instance, and
+    over EFA between instances) plus latency steps."""
 
     seconds_at_peak: float
     steps: float
     bytes: float
+    efa_seconds_at_peak: float = 0.0
 
     def seconds(self, f: Factors) -> float:
-        return self.seconds_at_peak / f.link_efficiency + self.steps * f.collective_step_seconds
+        return (self.seconds_at_peak / f.link_efficiency + self.efa_seconds_at_peak / f.efa_efficiency
+                + self.steps * f.collective_step_seconds)
 
     def __add__(self, other: "CommWork") -> "CommWork":
         return CommWork(self.seconds_at_peak + other.seconds_at_peak, self.steps + other.steps,
-                        self.bytes + other.bytes)
+                        self.bytes + other.bytes, self.efa_seconds_at_peak + other.efa_seconds_at_peak)
 
 
 NO_COMM = CommWork(0.0, 0.0, 0.0)
@@ -208,7 +218,7 @@ def comm_work(records: Mapping[CollectiveRecord, int], device: DeviceModel, cal:
     """Collectives (record → count) as factor-free work, through the projection's ring/tree model.
     ``sharing[record]`` rings run at once over the same link (data-parallel rings leaving an
     instance share its EFA): each gets that share of the bandwidth."""
-    bandwidth_only = dataclasses.replace(cal, efficiency={**cal.efficiency, "link": 1.0},
+    bandwidth_only = dataclasses.replace(cal, efficiency={**cal.efficiency, "link": 1.0, "efa": 1.0},
                                          link_latency_seconds=dict.fromkeys(LINKS, 0.0))
     one_second_steps = dataclasses.replace(bandwidth_only, link_latency_seconds=dict.fromkeys(LINKS, 1.0))
     total = NO_COMM
@@ -216,7 +226,9 @@ def comm_work(records: Mapping[CollectiveRecord, int], device: DeviceModel, cal:
         shared = dataclasses.replace(rec, nbytes=rec.nbytes * (sharing or {}).get(rec, 1))
         at_peak = collective_seconds(shared, device, bandwidth_only)
         steps = collective_seconds(shared, device, one_second_steps) - at_peak
-        total = total + CommWork(at_peak * n, round(steps) * n, rec.nbytes * n)
+        efa = rec.link == "efa"
+        total = total + CommWork(0.0 if efa else at_peak * n, round(steps) * n, rec.nbytes * n,
+                                 at_peak * n if efa else 0.0)
     return total
 
 
@@ -240,6 +252,34 @@ def job_cost(projector, seconds: float, tokens: int, instances: int,
     cost = projector.cost(seconds, 1, price_per_hour, instances=instances)
     per = cost.run_usd / tokens * 1e9 if cost.run_usd is not None and tokens else None
     return JobCost(cost.run_usd, per, cost.price.to_dict())
+
+
+@dataclasses.dataclass(frozen=True)
+class CoreUse:
+    """The logical cores a layout uses of the instances it rents, and what the idle ones cost
+    (the instances are priced whole)."""
+
+    used: int
+    total: int
+    usd_per_hour: float | None  # all the instances; None without a price
+
+    @property
+    def idle(self) -> int:
+        return self.total - self.used
+
+    @property
+    def idle_usd_per_hour(self) -> float | None:
+        return None if self.usd_per_hour is None else self.usd_per_hour * self.idle / self.total
+
+    def to_dict(self) -> dict:
+        return {"used": self.used, "total": self.total, "idle": self.idle,
+                "usd_per_hour": self.usd_per_hour, "idle_usd_per_hour": self.idle_usd_per_hour}
+
+
+def core_use(projector, used: int, instances: int, price_per_hour: float | None = None) -> CoreUse:
+    """``used`` of the logical cores of ``instances`` of the projector's instance type."""
+    hourly = projector.price(price_per_hour).usd_per_hour
+    return CoreUse(used, projector.device.logical_cores * instances, None if hourly is None else hourly * instances)
 
 
 # --- training: accumulation, the 1F1B pipeline, one reduction per global batch -----------------
@@ -311,35 +351,3 @@ def training_time(work: TrainingWork, f: Factors, mode: str = "compile",
                         pipeline_bubble(work.pp, work.micro_batches), launches,
                         work.tokens_per_step / step,
                         work.model_flops_per_step / (step * work.ranks * work.peak_flops_per_rank))
-
-
-# --- inference: time to first token and time per output token ------------------------------------
-@dataclasses.dataclass(frozen=True)
-class InferenceWork:
-    prefill: GraphWork  # the whole prompt of the batch
-    decode: GraphWork  # one token per sequence, at the mean cache length
-    prefill_comm: CommWork
-    decode_comm: CommWork
-    batch: int
-    output_len: int
-
-
-@dataclasses.dataclass(frozen=True)
-class InferenceTime:
-    mode: str
-    ttft_seconds: float  # the prefill graph (and its collectives)
-    tpot_seconds: float  # one decode step at the mean cache length
-    request_seconds: float  # TTFT + (O − 1) decode steps
-    tokens_per_second: float  # output tokens of the batch / request seconds
-
-
-def inference_time(work: InferenceWork, f: Factors, mode: str = "compile",
-                   eager_seconds: Mapping[str, float] | None = None) -> InferenceTime:
-    if mode == "compile":
-        prefill, decode = work.prefill.seconds(f), work.decode.seconds(f)
-    else:
-        prefill, decode = eager_seconds[work.prefill.name], eager_seconds[work.decode.name]
-    ttft = prefill + work.prefill_comm.seconds(f)
-    tpot = decode + work.decode_comm.seconds(f)
-    request = ttft + max(work.output_len - 1, 0) * tpot
-    return InferenceTime(mode, ttft, tpot, request, work.batch * work.output_len / request)

@@ -11,7 +11,9 @@ this module adds is Trainium's engine split. The op → engine mapping (docs/pro
   attention), at the rate of its operands' dtype;
 - ScalarE: transcendentals and activation functions (``SCALAR_OPS``);
 - GpSimd: sorting, scans, scatter-accumulate and random numbers (``GPSIMD_OPS``);
-- DMA: copies, concatenation, gathers and indexing (``DMA_OPS``, ``*_copy``);
+- DMA: copies, concatenation, gathers and indexing (``DMA_OPS``, ``*_copy``); an in-place indexed
+  write (``INDEXED_WRITES``: a KV-cache update) moves only its values, not its destination, and a
+  gather (``GATHERS``: an embedding lookup) only the rows it selects;
 - VectorE: every other op (arithmetic, comparisons, reductions, norms);
 - none: views and allocations, which launch no kernel.
 
@@ -69,6 +71,12 @@ DMA_OPS = COPY_OPS | frozenset({
     "as_strided_scatter", "diagonal_scatter", "constant_pad_nd", "repeat", "roll", "flip", "tril",
     "triu", "masked_select", "take", "_local_scalar_dense",
 })
+# in place, these write only the positions their index names (a KV-cache update writes one token):
+# they move their values and indices, read once and written once, not the whole destination
+INDEXED_WRITES = frozenset({"index_copy", "index_put", "_index_put_impl", "index_add", "index_fill",
+                            "scatter", "scatter_add", "scatter_reduce", "masked_scatter"})
+# gathers read only the rows they select (an embedding lookup reads a few rows of its table)
+GATHERS = frozenset({"embedding", "index_select", "gather", "take"})
 NO_KERNEL_OPS = frozenset({
     "empty", "empty_strided", "empty_like", "resize", "_resize_output", "set", "lift_fresh",
     "detach", "alias", "_reshape_alias", "_unsafe_view", "view", "as_strided",
@@ -213,7 +221,12 @@ def work(fn, args: tuple, kwargs: dict, out, outputs_known: bool = True) -> tupl
     inputs, outputs = tensors_in((args, kwargs)), tensors_in(out)
     if engine == "none":
         return engine, 0, 0, 0
-    nbytes = sum(tensor_bytes(t) for t in inputs) + sum(tensor_bytes(t) for t in outputs)
+    if base_name(fn) in INDEXED_WRITES and _packet(fn).__name__.endswith("_") and len(inputs) > 1:
+        nbytes = 2 * sum(tensor_bytes(t) for t in inputs[1:])
+    elif base_name(fn) in GATHERS and outputs:
+        nbytes = 2 * sum(tensor_bytes(t) for t in outputs) + sum(tensor_bytes(t) for t in inputs[1:])
+    else:
+        nbytes = sum(tensor_bytes(t) for t in inputs) + sum(tensor_bytes(t) for t in outputs)
     if engine == "tensor":
         try:
             flops = int(flop_formula(fn)(*args, **kwargs, out_val=out))

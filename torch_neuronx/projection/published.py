@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 from ..runtime.errors import DataFileError
-from .job import CommWork, GraphWork, InferenceWork, TrainingWork
+from .job import CommWork, GraphWork, TrainingWork
+from .serving import EncoderWork, InferenceWork
 
 RESULTS_FILE = Path(__file__).with_name("published_results.json")
 WORK_FILE = Path(__file__).with_name("published_work.json")
@@ -16,7 +17,7 @@ WORK_FILE = Path(__file__).with_name("published_work.json")
 @dataclasses.dataclass(frozen=True)
 class PublishedRow:
     id: str
-    kind: str  # training | inference
+    kind: str  # training | inference (a decoder) | encoder
     model: str  # a bundled plan config
     instance: str
     instances: int
@@ -30,7 +31,7 @@ class PublishedRow:
         time to first token and per output token (inference)."""
         if self.kind == "training":
             return {"step_seconds": self.layout["global_batch"] / self.published["sequences_per_second"]}
-        return {"ttft_seconds": self.published["ttft_seconds"], "tpot_seconds": self.published["tpot_seconds"]}
+        return {k: v for k, v in self.published.items() if k in ("ttft_seconds", "tpot_seconds", "latency_seconds")}
 
 
 def published_rows() -> list[PublishedRow]:
@@ -39,9 +40,11 @@ def published_rows() -> list[PublishedRow]:
     return [PublishedRow(**{k: v for k, v in row.items() if k in fields}) for row in data["rows"]]
 
 
-def _work_from_dict(d: dict) -> TrainingWork | InferenceWork:
-    kind = d.pop("kind")
-    cls = TrainingWork if kind == "training" else InferenceWork
+KINDS = {"training": TrainingWork, "inference": InferenceWork, "encoder": EncoderWork}
+
+
+def _work_from_dict(d: dict) -> TrainingWork | InferenceWork | EncoderWork:
+    cls = KINDS[d.pop("kind")]
     built = {}
     for f in dataclasses.fields(cls):
         v = d[f.name]
@@ -53,15 +56,15 @@ def _work_from_dict(d: dict) -> TrainingWork | InferenceWork:
     return cls(**built)
 
 
-def save_work(works: dict[str, TrainingWork | InferenceWork], path: Path = WORK_FILE) -> None:
-    data = {row: {"kind": "training" if isinstance(w, TrainingWork) else "inference", **dataclasses.asdict(w)}
-            for row, w in works.items()}
+def save_work(works: dict[str, TrainingWork | InferenceWork | EncoderWork], path: Path = WORK_FILE) -> None:
+    kind_of = {cls: kind for kind, cls in KINDS.items()}
+    data = {row: {"kind": kind_of[type(w)], **dataclasses.asdict(w)} for row, w in works.items()}
     path.write_text(json.dumps({"schema": 1, "about": "one rank's work per published row, traced by "
                                 "`torchneuron plan --validate --retrace`", "rows": data}, indent=1) + "\n",
                     encoding="utf-8")
 
 
-def load_work(path: Path = WORK_FILE) -> dict[str, TrainingWork | InferenceWork]:
+def load_work(path: Path = WORK_FILE) -> dict[str, TrainingWork | InferenceWork | EncoderWork]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))["rows"]
     except (OSError, json.JSONDecodeError, KeyError) as exc:

@@ -85,20 +85,36 @@ class DeviceOpRecorder(TorchDispatchMode):
         elif route == device_dispatch.COMPOSITE and not func.is_view:
             # a composite view only re-strides (as_strided, view: native), so only a
             # computing composite is followed into the ops it calls
-            self._follow_composite(func, args, kwargs)
+            if not self._follow_composite(func, args, kwargs):
+                for op, key, op_args in device_dispatch.kernels_of(on_device, args, kwargs):
+                    self.on_kernel(op, key, op_args)
         out = func(*args, **kwargs)
         if route == device_dispatch.NATIVE and in_graph(func, tensors_in((args, kwargs)), tensors_in(out)) == "convert":
             self.on_convert(*device_dispatch.signature(func, args, kwargs))
         return out
 
-    def _follow_composite(self, func, args, kwargs) -> None:
+    def _follow_composite(self, func, args, kwargs) -> bool:
         """Run ``func``'s composite kernel on meta copies of its arguments, with this mode
         alone on the stack (no fake-tensor mode under it), so each op the kernel calls is
-        routed, and recorded, in turn; the caller then runs ``func`` itself for its result."""
-        with _disable_current_modes():
-            meta_args, meta_kwargs = tree_map(_as_meta, (args, kwargs))
-            with self:
-                func._op_dk(device_dispatch.composite_key(func), *meta_args, **meta_kwargs)
+        routed, and recorded, in turn; the caller then runs ``func`` itself for its result.
+        A composite that reads its data (``grouped_mm`` walks its group offsets) cannot run on
+        meta copies: nothing is recorded and the caller counts ``func`` as one kernel (False)."""
+        recorded: list[tuple[Callable, tuple]] = []
+        hooks = self.on_kernel, self.on_convert
+        self.on_kernel = lambda *a: recorded.append((hooks[0], a))
+        self.on_convert = lambda *a: recorded.append((hooks[1], a))
+        try:
+            with _disable_current_modes():
+                meta_args, meta_kwargs = tree_map(_as_meta, (args, kwargs))
+                with self:
+                    func._op_dk(device_dispatch.composite_key(func), *meta_args, **meta_kwargs)
+        except NotImplementedError:  # "Cannot copy out of meta tensor; no data!"
+            return False
+        finally:
+            self.on_kernel, self.on_convert = hooks
+        for record, call in recorded:
+            record(*call)
+        return True
 
 
 def _as_meta(x):

@@ -9,23 +9,15 @@ from __future__ import annotations
 import logging
 
 from . import settings
-from .errors import ConfigError
 
 LOGGER_NAME = "torch_neuronx"
 _NUMERIC_LEVELS = {"0": logging.ERROR, "1": logging.WARNING, "2": logging.INFO, "3": logging.DEBUG}
 
 
 def _level_from_env() -> int:
-    raw = settings.get_str("TORCH_NEURONX_LOG_LEVEL")
-    if raw in _NUMERIC_LEVELS:
-        return _NUMERIC_LEVELS[raw]
-    level = logging.getLevelName(raw.upper())
-    if not isinstance(level, int):
-        raise ConfigError(
-            f"TORCH_NEURONX_LOG_LEVEL={raw!r} is not 0-3 or a logging level name "
-            "(DEBUG, INFO, WARNING, ERROR)"
-        )
-    return level
+    """The level of ``TORCH_NEURONX_LOG_LEVEL``: its registry entry lists the values it takes."""
+    raw = settings.get_choice("TORCH_NEURONX_LOG_LEVEL")
+    return _NUMERIC_LEVELS.get(raw) or logging.getLevelName(raw.upper())
 
 
 def configure() -> logging.Logger:

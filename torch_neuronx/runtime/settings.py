@@ -44,6 +44,16 @@ class Setting:
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     default_text: str | None = None  # the docs' wording when the default is computed
+    invalid: str | None = None  # a value refused where the variable is read (kinds str, list)
+
+    @property
+    def refused_value(self) -> str | None:
+        """A value this variable refuses with a one-line ``ConfigError``, or None when every value
+        is accepted (a path, a flag for another tool). The tests set it to check that every
+        command names the variable."""
+        if self.invalid is not None:
+            return self.invalid
+        return {"flag": "maybe", "int": "many", "float": "many", "choice": "maybe"}.get(self.kind)
 
     def raw(self) -> tuple[str, str] | None:
         """(name, value) of the first of the name and its aliases that is set."""
@@ -93,13 +103,13 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
     _S("TORCHNEURON_INSTANCE", "str", "trn2.3xlarge",
        "instance profile: `trn1.2xlarge`, `trn1.32xlarge`, `trn2.3xlarge`, `trn2.48xlarge`, `trn3` "
        "([device](device.md)); `torch_neuronx.reconfigure(instance=...)` switches it in a running process",
-       "ours", "runtime/profiles.py"),
+       "ours", "runtime/profiles.py", invalid="trn9.huge"),
     _S("NEURON_LOGICAL_NC_CONFIG", "int", None,
        "logical NeuronCore config; only 1 or 2, anything else is an error", "product",
        "runtime/profiles.py", default_text="profile's (2 on trn2/trn3, 1 on trn1)"),
     _S("NEURON_RT_VISIBLE_CORES", "str", None,
        "cores of this process, e.g. `0-3` or `0,2`; under torchrun set to `LOCAL_RANK` when unset",
-       "product", "runtime/profiles.py", default_text="all"),
+       "product", "runtime/profiles.py", default_text="all", invalid="0-99"),
     _S("NEURON_RT_NUM_CORES", "int", 0, "number of cores of this process (`0`: all)", "product",
        "runtime/profiles.py", minimum=0),
     _S("LOCAL_RANK", "int", None,
@@ -151,8 +161,8 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        "`off`: keep 64-bit values", "ours", "numerics/narrowing.py", choices=("off", "narrow", "strict")),
     _S("TORCH_NEURONX_METRICS_DIR", "str", None, "write `metrics-<pid>.json` / `.csv` at exit", "product",
        "accounting/__init__.py"),
-    _S("TORCH_NEURONX_LOG_LEVEL", "str", "1", "`0` error … `3` debug, or a logging level name", "product",
-       "runtime/log.py"),
+    _S("TORCH_NEURONX_LOG_LEVEL", "choice", "1", "`0` error … `3` debug, or a logging level name", "product",
+       "runtime/log.py", choices=("0", "1", "2", "3", "debug", "info", "warning", "error", "critical")),
     # --- compile -------------------------------------------------------------
     _S("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "flag", True,
        "`0`: a graph that fails to lower or compile runs eagerly instead of raising; the compile option "
@@ -173,10 +183,10 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        default_text="`1` (Neuron 2.33 docs: on with PyTorch >= 2.13)"),
     _S("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", "flag", False,
        "`1`: write each compiled graph's StableHLO to `TORCH_NEURONX_DEBUG_DIR`", "product",
-       "compile/stablehlo.py"),
+       "compile/lowering/preserved.py"),
     _S("TORCH_NEURONX_DEBUG_DIR", "str", None,
        "where artifacts go: `stablehlo/proc_<rank>/<graph name>.stablehlo.mlir`", "product",
-       "compile/stablehlo.py", default_text="`<tmp>/neuron_backend`"),
+       "compile/lowering/preserved.py", default_text="`<tmp>/neuron_backend`"),
     _S("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS", "str", None,
        "exactly `1`: an implemented op that fails on the device raises instead of falling back to CPU; "
        "the eager lowering report says \"would fail\" for ops that do not lower "
@@ -197,12 +207,31 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        "([projection](projection.md#calibrating-from-one-measured-run)); read when the projection is "
        "first used (`metrics()`, `torchneuron info`, `plan`), never at `import torch`: a missing or "
        "corrupt file, or an out-of-range, NaN or infinite figure, is one line naming this variable", "ours",
-       "projection/calibration.py", default_text="unset"),
+       "projection/calibration.py", default_text="unset", invalid="no-such-calibration.json"),
+    # --- profiling (docs/profiling.md) ------------------------------------------
+    _S("NEURON_RT_INSPECT_ENABLE", "flag", False,
+       "`1`: profile the whole process without code changes: `torch.profiler` with CPU and device "
+       "activity from the backend's load to exit, the trace written as `NeuronProfiler` writes it "
+       "([profiling](profiling.md#without-code-changes)); a folder that cannot be written is one warning "
+       "and a run without profiling", "product", "profiling/capture.py"),
+    _S("NEURON_RT_INSPECT_OUTPUT_DIR", "str", "./output",
+       "where profiles go: `<dir>/<host>_pid_<pid>/<timestamp>/trace.json`; also `NeuronProfiler`'s "
+       "default", "product", "profiling/export.py"),
+    _S("NEURON_RT_INSPECT_SYSTEM_PROFILE", "flag", True,
+       "with `NEURON_RT_INSPECT_ENABLE`: the host side of each launch, linked to its device event "
+       "(`ProfileMode.RUNTIME`)", "product", "profiling/capture.py"),
+    _S("NEURON_RT_INSPECT_DEVICE_PROFILE", "choice", "0",
+       "with `NEURON_RT_INSPECT_ENABLE`: `1`, `model` or `session` add the engine tracks "
+       "(`ProfileMode.DEVICE`); `0`: none", "product", "profiling/capture.py",
+       choices=("0", "1", "model", "session")),
+    _S("NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC", "int", 1_000_000,
+       "device events kept per NeuronCore in one profile, the oldest dropped first (`NeuronConfig`'s "
+       "`max_events_per_nc` overrides it)", "product", "profiling/session.py", minimum=1),
     # --- NKI ---------------------------------------------------------------------
-    _S("NEURON_PLATFORM_TARGET_OVERRIDE", "str", None,
+    _S("NEURON_PLATFORM_TARGET_OVERRIDE", "choice", None,
        "NKI kernel target: `trn1`/`trn2`/`trn3` (or `gen2`/`gen3`/`gen4`): limits and clocks of the "
        "capacity checks and time estimate ([nki](nki.md))", "product", "nki/hardware.py",
-       default_text="the instance profile's family"),
+       choices=("trn1", "trn2", "trn3", "gen2", "gen3", "gen4"), default_text="the instance profile's family"),
     _S("NKI_PRECISE_FP", "flag", True,
        "`1`: NKI bf16/fp8 tiles are stored in their own format (every write rounds); `0`: float tiles "
        "are held in fp32 ([nki](nki.md))", "product", "nki/dtypes.py"),
@@ -236,14 +265,10 @@ _DECLARED = object()  # "use the registry's default"
 _unusable: set[str] = set()
 
 
-def defer_bad_values() -> ConfigError | None:
-    """Parse every declared variable that is set; return the first ``ConfigError``.
-
-    A bad value must not break ``import torch`` for every script, CPU-only ones
-    included (issue 18): the variables that fail are read as unset afterwards,
-    and the caller raises the returned error where the device is first used.
-    """
-    first = None
+def refused_values() -> dict[str, ConfigError]:
+    """Every declared variable that is set to a value its declaration refuses, with its error
+    (in declaration order). Reads the environment as it is now."""
+    refused = {}
     for spec in REGISTRY.values():
         found = spec.raw()
         if found is None:
@@ -251,9 +276,20 @@ def defer_bad_values() -> ConfigError | None:
         try:
             spec.parse(*found)
         except ConfigError as exc:
-            _unusable.add(spec.name)
-            first = first or exc
-    return first
+            refused[spec.name] = exc
+    return refused
+
+
+def defer_bad_values() -> ConfigError | None:
+    """Parse every declared variable that is set; return the first ``ConfigError``.
+
+    A bad value must not break ``import torch`` for every script, CPU-only ones
+    included: the variables that fail are read as unset afterwards, and the
+    caller raises the returned error where the device is first used.
+    """
+    refused = refused_values()
+    _unusable.update(refused)
+    return next(iter(refused.values()), None)
 
 
 def _get(name: str, kind: str, default: Any) -> Any:

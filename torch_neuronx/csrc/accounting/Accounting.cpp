@@ -7,6 +7,7 @@
 // (accounting/neff_cache.py) and the signature listeners. Repeats only bump
 // counters.
 #include "accounting/Accounting.h"
+#include "profiler/DeviceTrace.h"
 #include "runtime/Fork.h"
 #include "runtime/PerThread.h"
 
@@ -37,6 +38,7 @@ struct OpCounts {
 };
 struct SignatureCounts {
   OpCounts* op = nullptr;
+  uint64_t key = 0; // the signature's key, set once when it is first counted
   uint64_t calls = 0; // under g_mutex; repeats counted by threads are added when read
   bool seen = false; // under g_mutex; false again after a reset or forget
 };
@@ -300,6 +302,9 @@ void account_signature(
   RepeatCache::Slot* cached = repeats != nullptr ? &repeats->slot(repeat_key) : nullptr;
   if (cached != nullptr && cached->key == repeat_key) {
     cached->count_one();
+    if (C10_UNLIKELY(device_trace_recording())) {
+      note_device_work(DeviceWork::kKernel, cached->signature->key);
+    }
     return;
   }
   // The op's own hash is cached per schema so the hot path never formats a
@@ -321,7 +326,11 @@ void account_signature(
     mix_hash(h, args_hash);
     auto& signature = g_signatures[h];
     signature.op = &counts;
+    signature.key = h;
     ++signature.calls;
+    if (C10_UNLIKELY(device_trace_recording())) {
+      note_device_work(DeviceWork::kKernel, h);
+    }
     if (cached != nullptr) { // not a thread that is ending
       if (repeats->epoch != g_reset_epoch) {
         repeats->flush_locked(); // drops counts from before a reset this thread has not seen

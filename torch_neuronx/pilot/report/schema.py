@@ -17,16 +17,17 @@ from typing import Any
 from ...runtime.exit_codes import ExitCode
 
 SCHEMA_NAME = "torchneuron-pilot-report"
-SCHEMA_VERSION = "1.3"  # 1.1: status/kind "interrupted", kind "bad_tokenizer", inputs.tokenizer_note;
+SCHEMA_VERSION = "1.4"  # 1.1: status/kind "interrupted", kind "bad_tokenizer", inputs.tokenizer_note;
 # 1.2: projected figures (performance, cost.projected), environment.instance.price;
-# 1.3: error_band / ttft_error_band {relative, basis} beside every projected figure
+# 1.3: error_band / ttft_error_band {relative, basis} beside every projected figure;
+# 1.4: error kind "configuration" (an environment variable the run cannot use)
 
-# The procedure order; also the order of the HTML sections.
+# The migration procedure's order; also the order of the HTML sections.
 STEP_ORDER = ("inputs", "numerics", "quality", "finetune", "checkpoint", "compilation", "performance", "cost")
 STEP_STATUSES = ("passed", "failed", "error", "skipped", "not_available", "not_run")
 REPORT_STATUSES = ("passed", "failed", "error", "interrupted")
-ERROR_KINDS = ("bad_input", "not_causal_lm", "bad_tokenizer", "out_of_memory", "unsupported_dtype", "device_unavailable",
-               "interrupted")
+ERROR_KINDS = ("bad_input", "configuration", "not_causal_lm", "bad_tokenizer", "out_of_memory", "unsupported_dtype",
+               "device_unavailable", "interrupted")
 
 
 class ReportSchemaError(ValueError):

@@ -53,6 +53,15 @@ def run(dev_model, device, cfg, known, modes: list[str], workdir: Path) -> tuple
     return result, [check], answer["modes"]
 
 
+def run_once(ctx) -> None:
+    """Save on the device, reload in a fresh process; its first calls go to the compilation step."""
+    with ctx.part(" (save + reload in a fresh process)"):
+        result, checks, fresh = run(ctx.model, ctx.device, ctx.cfg, ctx.known, list(ctx.modes), ctx.workdir)
+        ctx.add_checks(checks)
+        ctx.section.result = result
+        ctx.result("compilation").fresh_process = fresh
+
+
 def summary(r: CheckpointResult) -> str:
     return f"reloaded in a fresh process: max |Δ logits| = {r.max_abs_difference}"
 

@@ -20,12 +20,18 @@ class CompilationResult:
     # mode -> {available, reason?, backend, shapes: {seq_len: {cold, warm}}, fidelity, dynamo}
     modes: dict[str, dict] = dataclasses.field(default_factory=dict)
     fresh_process: dict | None = None  # mode -> first-call seconds etc. in a new interpreter
+    # mode -> the StableHLO size of each distinct kernel signature of the cold calls (None: not
+    # lowered); the projected first-run compile of the mode is made from it (not in the JSON)
+    eager_sizes: dict[str, list] = dataclasses.field(default_factory=dict)
 
     def to_data(self) -> dict:
         data = {"modes": dict(self.modes)}
         if self.fresh_process is not None:
             data["fresh_process"] = self.fresh_process
         return data
+
+
+RESULT = CompilationResult  # made empty before the first mode: a step no mode reached says so
 
 
 def mark_unavailable(result: CompilationResult, mode: str, reason: str) -> None:
@@ -41,7 +47,7 @@ def run(result: CompilationResult, mode: str, dev_model, device: torch.device, b
     shapes, checks = {}, []
     data["shapes"] = shapes
     compiler.reset_dynamo()
-    lowering = data["lowering"] = _empty_lowering() if _lowers_eager(mode, device) else None
+    lowers = _lowers_eager(mode, device)
     signatures: set[str] = set()  # distinct kernel signatures of the cold calls (shared shapes once)
     for length, rows in sorted(batches.items()):
         ids = torch.tensor(rows, device=device)
@@ -51,14 +57,12 @@ def run(result: CompilationResult, mode: str, dev_model, device: torch.device, b
             graphs_before = compiler.dynamo_metrics()["dynamo_unique_graphs"]
             sync()
             start = time.perf_counter()
-            with torch.no_grad(), _eager_lowering(lowering is not None and phase == "cold"):
+            with torch.no_grad(), _eager_lowering(lowers and phase == "cold"):
                 dev_model(input_ids=ids, use_cache=False)
             sync()
             fid = compiler.fidelity_metrics(device)
             if phase == "cold":
                 signatures |= compiler.signature_keys(device)
-            if lowering is not None and phase == "cold":
-                _merge_lowering(lowering, fid.get("lowering"))
             entry[phase] = {
                 "seconds": time.perf_counter() - start,
                 "new_graphs": compiler.dynamo_metrics()["dynamo_unique_graphs"] - graphs_before,
@@ -75,9 +79,31 @@ def run(result: CompilationResult, mode: str, dev_model, device: torch.device, b
                             warm["new_graphs"] if mode == "compile" else warm["kernel_compilations"], 0,
                             f"new {what} on the second call of the same shape"))
     data["fidelity"] = compiler.fidelity_metrics(device)
-    data["dynamo"] = compiler.dynamo_metrics() if mode == "compile" else None
-    data["projected_compile"] = compiler.projected_compile(device, len(signatures), data["dynamo"])
+    lowering = data["lowering"] = _lowering(signatures) if lowers else None
+    result.eager_sizes[mode] = list(_sizes(signatures, lowers).values())
+    end_mode_with(result, mode, device)
     return checks + _lowering_checks(lowering)
+
+
+def end_mode_with(result: CompilationResult, mode: str, device: torch.device) -> None:
+    """The mode's graphs so far and its projected first-run compile: every distinct kernel
+    signature of the cold calls (a lowered one by its StableHLO size) and every graph compiled."""
+    data = result.modes[mode]
+    data["dynamo"] = compiler.dynamo_metrics() if mode == "compile" else None
+    data["projected_compile"] = compiler.projected_compile(device, result.eager_sizes.get(mode, []), data["dynamo"])
+
+
+def run_mode(ctx, mode: str) -> None:
+    """Cold and warm calls of every known shape in ``mode`` (runs first in each mode block)."""
+    with ctx.part(f" ({mode})", total=2 * len(ctx.known.batches)) as advance:
+        ctx.add_checks(run(ctx.section.result, mode, ctx.model, ctx.device, ctx.known.batches, advance))
+
+
+def end_mode(ctx, mode: str) -> None:
+    """At the end of the mode block: its compiled graphs are every step's (generation and timing
+    compile graphs of their own), and so is the projected compile."""
+    if mode in ctx.section.result.modes:
+        end_mode_with(ctx.section.result, mode, ctx.device)
 
 
 # --- eager kernels lowered to StableHLO (the opt-in of compile/kernel_lowering.py) ---
@@ -102,23 +128,24 @@ def _eager_lowering(on: bool):
         kernel_lowering.set_eager_lowering(was_on)
 
 
-def _empty_lowering() -> dict:
-    return {"checked": True, "signatures": 0, "signatures_lowered": 0, "stablehlo_ops_per_op": {},
-            "would_fall_back_to_cpu": {}, "fallback_only_for_unimplemented_ops": False}
+LOWERING_KEYS = ("checked", "signatures", "signatures_lowered", "stablehlo_ops_per_op", "would_fall_back_to_cpu",
+                 "fallback_only_for_unimplemented_ops")
 
 
-def _merge_lowering(total: dict, section: dict | None) -> None:
-    """Add one cold call's ``metrics()["lowering"]`` (the metrics restart between calls)."""
-    if not section:
-        total["checked"] = False
-        return
-    total["checked"] = total["checked"] and section["checked"]
-    total["signatures"] += section["signatures"]
-    total["signatures_lowered"] += section["signatures_lowered"]
-    for op, n in section["stablehlo_ops_per_op"].items():
-        total["stablehlo_ops_per_op"][op] = total["stablehlo_ops_per_op"].get(op, 0) + n
-    total["would_fall_back_to_cpu"].update(section["would_fall_back_to_cpu"])
-    total["fallback_only_for_unimplemented_ops"] = section["fallback_only_for_unimplemented_ops"]
+def _lowering(signatures: set[str]) -> dict:
+    """The lowering of the cold calls' distinct kernel signatures (one shared by two shapes, once)."""
+    from torch_neuronx.compile import kernel_lowering
+
+    report = kernel_lowering.eager_lowering_report(signatures)
+    return {key: report[key] for key in LOWERING_KEYS}
+
+
+def _sizes(signatures: set[str], lowered: bool) -> dict[str, int | None]:
+    if not lowered:
+        return dict.fromkeys(signatures)
+    from torch_neuronx.compile import kernel_lowering
+
+    return kernel_lowering.stablehlo_sizes(signatures)
 
 
 def _lowering_checks(lowering: dict | None) -> list[Check]:

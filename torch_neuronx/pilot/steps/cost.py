@@ -1,9 +1,10 @@
 """Step "Cost": cost per completed job, seconds × the instance's price per hour.
 
-Two bases side by side. *Host*: the measured seconds, which on the emulated
-device are host-CPU time, not Trainium time (the report says so next to every
-figure). *Projected*: the device model's seconds for the same jobs on the
-chosen instance, with one first-run compile figure per mode (docs/projection.md).
+Two bases side by side. *Measured*: the seconds the run took; priced only on a real
+device (``--device cuda --price-per-hour``): on the emulated device they are host-CPU
+time, which is not Trainium time, so they are shown unpriced. *Projected*: the device
+model's seconds for the same jobs on the chosen instance, with one first-run compile
+figure per mode (docs/projection.md), priced at the instance's rate.
 Every projected second and dollar here is displayed from the projection's typed
 results (``Projector.cost``, ``Projector.compile``), never recomputed; the price
 is the projection's ``Price`` (dated table entry or ``--price-per-hour``), whose
@@ -113,6 +114,7 @@ def run(price: Price, basis: str, gen_tokens: int, device_type: str,
         finetune: FinetuneResult | None, projector=None, user_price: float | None = None) -> CostResult:
     """Per mode one generation request of the largest known shape; the fine-tune; the compile
     overhead; and, with a ``projector`` (neuron), the same jobs at projected Trainium seconds."""
+    usd = (lambda seconds: None) if device_type == "neuron" else price.usd  # host time is not Trainium's
     jobs = {}
     for mode, measured in performance.generation.items():
         longest, shape = _largest_shape(measured)
@@ -120,19 +122,35 @@ def run(price: Price, basis: str, gen_tokens: int, device_type: str,
         tokens = shape["batch_size"] * gen_tokens
         jobs[mode] = {"job": f"one greedy request: batch {shape['batch_size']} × {longest} prompt tokens, "
                              f"{gen_tokens} new tokens each (p50 latencies)",
-                      "seconds": seconds, "generated_tokens": tokens, "cost_usd": price.usd(seconds),
-                      "cost_per_million_tokens_usd": _per_token(price.usd(seconds), tokens)}
+                      "seconds": seconds, "generated_tokens": tokens, "cost_usd": usd(seconds),
+                      "cost_per_million_tokens_usd": _per_token(usd(seconds), tokens)}
     ft = None
     if finetune is not None:
         seconds = sum(finetune.device_step_seconds)
         ft = {"job": f"{len(finetune.device_step_seconds)} fine-tune steps", "seconds": seconds,
-              "cost_usd": price.usd(seconds)}
+              "cost_usd": usd(seconds)}
     cold = sum(s["cold"]["seconds"] - s["warm"]["seconds"]
                for m in compilation.modes.values() for s in m.get("shapes", {}).values())
-    overhead = {"measured_cold_seconds": cold, "measured_cold_cost_usd": price.usd(cold),
+    overhead = {"measured_cold_seconds": cold, "measured_cold_cost_usd": usd(cold),
                 "projected_first_run": _projected_compiles(compilation, projector, user_price)}
     projected = _projected(gen_tokens, performance, projector, user_price)
     return CostResult(price.usd_per_hour, price.source, basis, jobs, overhead, ft, projected)
+
+
+def run_once(ctx) -> None:
+    """Last: prices the other steps' results."""
+    import torch
+
+    from ...projection import get_projector
+
+    neuron = ctx.device.type == "neuron"
+    instance = torch.neuron.topology().profile.name if neuron else None
+    user_price = ctx.cfg.price_per_hour
+    with ctx.part():
+        ctx.section.result = run(price_for(ctx.device.type, user_price, instance),
+                                 ctx.recorder.report.environment.time_basis, ctx.cfg.gen_tokens, ctx.device.type,
+                                 ctx.result("compilation"), ctx.result("performance"), ctx.result("finetune"),
+                                 projector=get_projector() if neuron else None, user_price=user_price)
 
 
 def status(r: CostResult) -> str | None:
@@ -142,21 +160,26 @@ def status(r: CostResult) -> str | None:
 def summary(r: CostResult) -> str:
     if r.price_per_hour_usd is None:
         return r.price_source
-    host = ("; ".join(f"{m}: ${j['cost_usd']:.6f} per request" for m, j in r.generation.items())
-            + f" at ${r.price_per_hour_usd:.2f}/h ({r.time_basis.split(':')[0]})")
+    priced = {m: j for m, j in r.generation.items() if j["cost_usd"] is not None}
+    parts = [("; ".join(f"{m}: ${j['cost_usd']:.6f} per request" for m, j in priced.items())
+              + f" at ${r.price_per_hour_usd:.2f}/h ({r.time_basis.split(':')[0]})")] if priced else []
     projected = (r.projected or {}).get("generation", {})
-    if not projected:
-        return host
-    return host + "; projected: " + "; ".join(
-        f"{m}: ${j['cost_per_million_tokens_usd']:.4f} per 1M generated tokens ({band_text(j['error_band'])})"
-        for m, j in projected.items())
+    if projected:
+        parts.append("projected: " + "; ".join(
+            f"{m}: ${j['cost_per_million_tokens_usd']:.4f} per 1M generated tokens ({band_text(j['error_band'])})"
+            for m, j in projected.items()) + f" at ${r.price_per_hour_usd:.2f}/h")
+    return "; ".join(parts) or f"not priced: {r.time_basis}"
 
 
 def html(data: dict) -> str:
     if not data.get("compile_overhead"):
         return ""
-    out = [f'<p class="banner">{e(data.get("time_basis", ""))}. Price: '
-           f'{num(data.get("price_per_hour_usd"), "${:.2f}/h")} ({e(data.get("price_source"))}).</p>']
+    unpriced = all(j["cost_usd"] is None for j in data.get("generation", {}).values())
+    out = [f'<p class="banner">{e(data.get("time_basis", ""))}'
+           + ("; measured times are not priced, the projected ones are" if unpriced else "")
+           + f'. Price: {num(data.get("price_per_hour_usd"), "${:.2f}/h")} ({e(data.get("price_source"))}).</p>',
+           _projected_html(data.get("projected"))]  # first: the figures that are Trainium's
+    out.append(f"<h3>Measured in this run ({e(data.get('time_basis', '').split(':')[0])})</h3>")
     rows = [[e(mode), e(j["job"]), num(j["seconds"], "{:.4f}"), num(j["cost_usd"], "${:.8f}"),
              num(j["cost_per_million_tokens_usd"], "${:.4f}")] for mode, j in data.get("generation", {}).items()]
     if rows:
@@ -172,7 +195,6 @@ def html(data: dict) -> str:
               num(c["cost_usd"], "${:.8f}"), e(f"{c['basis']}; {band_note(c['error_band'])}")]
              for mode, c in co.get("projected_first_run", {}).items()]
     out.append(table(["compile overhead", "seconds", "cost", "basis"], rows))
-    out.append(_projected_html(data.get("projected")))
     return "".join(out)
 
 

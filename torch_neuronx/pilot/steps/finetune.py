@@ -11,12 +11,14 @@ import time
 import torch
 
 from ...html_report.markup import e, img, table
+from .. import perf
 from ..config import Tolerance
 from ..report import plots
 from ..report.schema import Check
 
 TITLE = "Fine-tune loss curve vs CPU"
 LEARNING_RATE = 1e-3
+TRAINING_SEED = 0
 
 
 @dataclasses.dataclass
@@ -52,6 +54,15 @@ def make_optimizer(name: str, schedule: str, params, steps: int):
 
 
 def _train(model, ids: torch.Tensor, steps: int, sync, on_step, optimizer: str, schedule: str,
+           recorder=None) -> tuple[list[float], list[float]]:
+    with torch.random.fork_rng(devices=[]):
+        # Both runs draw the same random numbers (dropout masks): random ops on neuron use the
+        # CPU generator, as on the real product, so the same seed gives the same masks.
+        torch.manual_seed(TRAINING_SEED)
+        return _steps(model, ids, steps, sync, on_step, optimizer, schedule, recorder)
+
+
+def _steps(model, ids: torch.Tensor, steps: int, sync, on_step, optimizer: str, schedule: str,
            recorder=None) -> tuple[list[float], list[float]]:
     model.train()
     opt, scheduler = make_optimizer(optimizer, schedule, model.parameters(), steps)
@@ -110,6 +121,44 @@ def run(ref_model, dev_model, rows: list[list[int]], steps: int, device, tol: To
                             not recorder.recompiles, len(recorder.recompiles), 0,
                             "; ".join(row["remedy"] for row in result.steady_step_recompiles)))
     return result, checks
+
+
+def run_once(ctx) -> None:
+    """The fine-tune (last but cost: it changes the weights), its training figures on the
+    performance step, and on neuron its projected figures and timeline (``projected-trace.json``)."""
+    cfg, device = ctx.cfg, ctx.device
+    steps = cfg.train_steps
+    if steps == 0:
+        ctx.settle()
+        return
+    perf.reset_peak_memory(device)
+    rows = ctx.known.batches[min(ctx.known.batches)]
+    probe = perf.probe_for(device)
+    measured = ctx.result("performance")
+    with ctx.part(f" ({steps} steps, CPU then device)", total=2 * steps) as advance:
+        mark = probe.mark() if probe else None
+        result, checks = run(ctx.reference, ctx.model, rows, steps, device, cfg.tolerance, perf.synchronizer(device),
+                             advance, cfg.optimizer, cfg.lr_schedule)
+        if probe:
+            _project(ctx, probe, mark, steps, len(rows))
+        ctx.add_checks(checks)
+        ctx.section.result = result
+        measured.train_samples_per_second = result.train_samples_per_second
+        measured.training_memory = perf.peak_memory(device)
+
+
+def _project(ctx, probe, mark, steps: int, rows: int) -> None:
+    """Projected fine-tune figures, where its device time goes, and its timeline as a trace."""
+    from ...projection import get_projector, write_chrome_trace
+    from ..output import PROJECTED_TRACE
+    from .performance import project_training
+
+    window = probe.since(mark)
+    measured = ctx.result("performance")
+    measured.projected_training = project_training(window, steps, rows, get_projector(), ctx.cfg.price_per_hour)
+    measured.projection = {"label": "projected", "step": window.step.to_dict(),
+                           "eager_by_engine": window.eager_by_engine, "eager": {"by_op": window.eager_by_op}}
+    write_chrome_trace(get_projector(), probe.sequence(mark), ctx.workdir / PROJECTED_TRACE)
 
 
 def status(r: FinetuneResult | None) -> str | None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from ...html_report.markup import e
 from ..config import PilotConfig, PilotError
-from ..inputs import KnownInputs, build_inputs, load_inputs
+from ..inputs import KnownInputs, build_inputs, load_inputs, load_tokenizer
+from ..model import describe, load_reference
 
 TITLE = "Known inputs"
 
@@ -34,13 +35,32 @@ def run(cfg: PilotConfig, vocab_size: int, tokenizer, tokenizer_note: str | None
     else:
         known = build_inputs(tokenizer, cfg.batch_size, cfg.seq_lens, eval_len=max(cfg.seq_lens))
         origin = "built from the built-in text"
-        if any(i >= vocab_size for rows in known.batches.values() for r in rows for i in r):
-            raise PilotError("bad_input", "the tokenizer produces ids outside the model's vocabulary")
+        largest = max(i for rows in known.batches.values() for r in rows for i in r)
+        if largest >= vocab_size:
+            raise PilotError("bad_tokenizer", f"the {known.tokenizer} tokenizer gives ids up to {largest}, outside the "
+                                              f"model's vocabulary of {vocab_size}; save the model's own tokenizer "
+                                              "into the checkpoint (tokenizer.save_pretrained)")
     path = workdir / "inputs.json"
     known.save(path)
     result = InputsResult(path.name, origin, known.tokenizer, known.batch_size, known.seq_lens,
                           len(known.eval_ids), known.prompts, tokenizer_note)
     return result, known
+
+
+def run_once(ctx) -> None:
+    """Load the model on the CPU (the reference), then its tokenizer and the known inputs."""
+    cfg = ctx.cfg
+    with ctx.part(" (load model)"):
+        ctx.reference = load_reference(cfg)
+        ctx.recorder.report.model = {"source": cfg.model or "built-in tiny Llama (random weights, fixed seed)",
+                                     **describe(ctx.reference)}
+    if ctx.section.status == "error":
+        return
+    with ctx.part(" (prepare)"):
+        ctx.tokenizer, note = load_tokenizer(cfg.model)
+        if note:
+            ctx.ui.note(note)
+        ctx.section.result, ctx.known = run(cfg, ctx.reference.config.vocab_size, ctx.tokenizer, note, ctx.workdir)
 
 
 def summary(r: InputsResult) -> str:

@@ -22,6 +22,9 @@ class NumericsResult:
         return dict(self.modes)
 
 
+RESULT = NumericsResult  # made empty before the first mode: a step no mode reached says so
+
+
 def tensor_error(device_t: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> dict:
     """Max abs error, max error relative to the largest reference value, allclose verdict."""
     d = device_t.detach().to("cpu", torch.float32)
@@ -89,6 +92,12 @@ def run(result: NumericsResult, mode: str, ref_model, dev_model, batches: dict, 
     result.modes[mode] = {"logits": per_shape, "per_layer_max_abs_error": layer_errors,
                           "tolerance": {"atol": tol.atol, "rtol": tol.rtol}}
     return checks
+
+
+def run_mode(ctx, mode: str) -> None:
+    with ctx.part(f" ({mode})"):
+        ctx.add_checks(run(ctx.section.result, mode, ctx.reference, ctx.model, ctx.known.batches, ctx.device,
+                           ctx.cfg.tolerance, hooks=ctx.cfg.hidden_states and mode == "eager"))
 
 
 def _worst(r: NumericsResult) -> float | None:

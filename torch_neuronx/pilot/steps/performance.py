@@ -34,6 +34,9 @@ class PerformanceResult:
         return data
 
 
+RESULT = PerformanceResult  # made empty before the first mode: a step no mode reached says so
+
+
 EAGER_BASIS = ("eager execution: AWS publishes no eager Trainium result to hold the projection against "
                "(the band is measured on compiled graphs)")
 COMPILE_TIME_BASIS = "AWS publishes no first-run compile times to hold the compile model against"
@@ -58,6 +61,14 @@ def run(result: PerformanceResult, mode: str, dev_model, batches: dict, gen_toke
         advance) -> None:
     result.generation[mode] = add_bands(perf.measure_generation(dev_model, batches, gen_tokens, iters, device,
                                                                 advance), mode)
+
+
+def run_mode(ctx, mode: str) -> None:
+    """Timed requests of every known shape; the peak memory of the inference so far."""
+    cfg = ctx.cfg
+    with ctx.part(f" ({mode})", total=cfg.iters * len(ctx.known.batches)) as advance:
+        run(ctx.section.result, mode, ctx.model, ctx.known.batches, cfg.gen_tokens, cfg.iters, ctx.device, advance)
+    ctx.section.result.inference_memory = perf.peak_memory(ctx.device)
 
 
 def add_bands(generation: dict, mode: str) -> dict:

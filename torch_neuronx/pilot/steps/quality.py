@@ -25,6 +25,9 @@ class QualityResult:
         return data
 
 
+RESULT = QualityResult  # made empty before the first mode: a step no mode reached says so
+
+
 @torch.no_grad()
 def greedy_tokens(model, ids: torch.Tensor, new_tokens: int, pad_token_id: int) -> list[list[int]]:
     out = model.generate(
@@ -77,6 +80,27 @@ def run_perplexity(result: QualityResult, mode: str, ref_model, dev_model, eval_
                          "cpu_perplexity": _safe_exp(ref_loss), "device_perplexity": _safe_exp(dev_loss),
                          "relative_difference": rel}
     return [Check(f"{mode} loss on built-in text matches CPU", rel <= tol.loss_rtol, rel, tol.loss_rtol)]
+
+
+def run_mode(ctx, mode: str) -> None:
+    """Greedy generations of the shortest known batch. Eager: Transformers' generate, the users'
+    path. Compile: the timed static-cache loop, whose graphs the performance step reuses
+    (generate would compile its own on top)."""
+    from ..perf import greedy_static
+
+    greedy = greedy_static if mode == "compile" else greedy_tokens
+    known = ctx.known
+    with ctx.part(f" (greedy, {mode})"):
+        ctx.add_checks(run_generation(ctx.section.result, mode, ctx.reference, ctx.model,
+                                      known.batches[min(known.batches)], ctx.cfg.gen_tokens, ctx.device,
+                                      ctx.cfg.tolerance, ctx.tokenizer, greedy))
+
+
+def run_once(ctx) -> None:
+    """The loss on the built-in text, once, after the modes (the eager model)."""
+    with ctx.part(" (perplexity)"):
+        ctx.add_checks(run_perplexity(ctx.section.result, "eager", ctx.reference, ctx.model, ctx.known.eval_ids,
+                                      ctx.device, ctx.cfg.tolerance))
 
 
 def summary(r: QualityResult) -> str:
