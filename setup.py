@@ -33,8 +33,9 @@ UNITY_UNITS = {
     "aten_native": ["aten/native/Attention.cpp", "aten/native/Call.cpp",
                     "aten/native/CpuFallback.cpp", "aten/native/GeneratorLease.cpp",
                     "aten/native/Kernels.cpp", "aten/native/MemoryFormat.cpp"],
-    "runtime_memory": ["runtime/Alias.cpp", "runtime/Allocator.cpp", "runtime/AllocatorHistory.cpp",
-                       "runtime/AllocatorPools.cpp", "runtime/AllocatorSnapshot.cpp"],
+    "runtime_memory": ["runtime/Alias.cpp", "runtime/Allocator.cpp", "runtime/AllocatorAddresses.cpp",
+                       "runtime/AllocatorHistory.cpp", "runtime/AllocatorPools.cpp",
+                       "runtime/AllocatorSnapshot.cpp"],
     "runtime_device": ["runtime/Device.cpp", "runtime/Fork.cpp", "runtime/GraphInputs.cpp",
                        "runtime/Guard.cpp"],
 }
