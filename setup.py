@@ -36,8 +36,9 @@ UNITY_UNITS = {
                     "aten/native/GeneratorLease.cpp", "aten/native/Kernels.cpp",
                     "aten/native/MemoryFormat.cpp", "aten/native/ScaledMatmul.cpp"],
     "numerics": ["numerics/Narrowing.cpp", "numerics/Precision.cpp", "numerics/Rounding.cpp"],
-    "runtime_memory": ["runtime/Alias.cpp", "runtime/Allocator.cpp", "runtime/AllocatorHistory.cpp",
-                       "runtime/AllocatorPools.cpp", "runtime/AllocatorSnapshot.cpp"],
+    "runtime_memory": ["runtime/Alias.cpp", "runtime/Allocator.cpp", "runtime/AllocatorAddresses.cpp",
+                       "runtime/AllocatorHistory.cpp", "runtime/AllocatorPools.cpp",
+                       "runtime/AllocatorSnapshot.cpp"],
     "runtime_device": ["runtime/Device.cpp", "runtime/Fork.cpp", "runtime/Generators.cpp",
                        "runtime/GraphInputs.cpp", "runtime/Guard.cpp"],
 }

@@ -122,6 +122,9 @@ def test_metrics_snapshot_and_export(tmp_path):
     assert core0["peak_bytes"] >= 2 * big.nbytes
     assert core0["capacity_bytes"] == torch.neuron.mem_get_info(0)[1]
     assert core0["peak_fraction"] == pytest.approx(core0["peak_bytes"] / core0["capacity_bytes"])
+    # the allocator's segments hold the tensors' blocks: reserved >= allocated, now and at the peak
+    assert core0["peak_reserved_bytes"] >= core0["peak_bytes"] and core0["reserved_bytes"] >= core0["allocated_bytes"]
+    assert core0["reserved_bytes"] == torch.neuron.memory_reserved(0)
     assert m["int64_float64_mode"] == torch_neuronx.get_64bit_mode()
     assert json.dumps(m)  # plain JSON types only
 

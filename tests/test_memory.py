@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import children
-from torch_neuronx.neuron.memory import block_bytes, segment_bytes
+from torch_neuronx.neuron.memory import block_bytes, layout_bytes, segment_bytes
 
 MiB = 2**20
 
@@ -210,6 +210,22 @@ def test_fragmentation_appears_and_empty_cache_releases_it(scenario):
     assert freed["allocated_bytes"] == 0 and freed["reserved_bytes"] == room["reserved_bytes"]
     assert emptied["reserved_bytes"] == emptied["segment"] == 0 and emptied["free"] == 64 * MiB
     assert emptied["num_device_alloc"] == emptied["num_device_free"] == 4
+
+
+def test_layout_bytes_is_what_a_fresh_core_holds(scenario):
+    """A memory plan's question (these tensors allocated in order, none freed) is answered by
+    the code every core runs, on a core of its own: the known sequence's first four tensors
+    give what the live core held, the hand figures above; no device core is touched."""
+    unrounded = scenario["unrounded"]
+    reserved = torch.neuron.memory_stats(0).get("reserved_bytes.all.current", 0)
+    sizes = [1000, 3 * MiB + 1, 9 * MiB, 17 * MiB + 3]
+    assert layout_bytes(sizes) == (unrounded["allocated_bytes"], unrounded["reserved_bytes"])
+    assert layout_bytes(sizes) == (1024 + 13.5 * MiB + 17 * MiB + 3, 39 * MiB + 3)
+    assert layout_bytes([0, 1000, 0]) == (1024, 2 * MiB) and layout_bytes([]) == (0, 0)
+    assert layout_bytes([MiB // 2] * 5) == (5 * MiB // 2, 2 * 2 * MiB)  # four per small segment
+    assert torch.neuron.memory_stats(0).get("reserved_bytes.all.current", 0) == reserved
+    with pytest.raises(ValueError, match="sizes must be >= 0 bytes, got -1"):
+        layout_bytes([5, -1])
 
 
 def test_out_of_memory_names_request_allocated_reserved_and_free(scenario):

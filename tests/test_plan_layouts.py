@@ -4,10 +4,12 @@ exceeds them, encoders at TP=1, and inference's TTFT / time-per-output-token spl
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from torch_neuronx.cli.main import main
+from torch_neuronx.neuron.memory import block_bytes, layout_bytes
 from torch_neuronx.plan import Layout, Planner
 from torch_neuronx.plan.collectives import dp_collectives, pipeline_sends
 from torch_neuronx.plan.memory import activations
@@ -91,6 +93,17 @@ def test_zero1_shards_only_the_optimizer_state_fsdp_shards_everything(tmp_path):
     assert zero1["collective_buffers"] == 0 < fsdp["collective_buffers"]
     bf16 = Planner(model, "trn2.3xlarge", 32, dtype="bf16").memory(Layout(1, 4, 1, False, 2, 1, shard="zero1"))
     assert bf16.bytes["parameters"] == 2 * n
+    # The device's allocator on each rank's long-lived tensors: parameters, gradients, then the two
+    # AdamW moments of each (a quarter of dim 0 under ZeRO-1), each a block of its size class
+    shapes = [tuple(p.shape) for p in meta_model(tiny_config("llama")).parameters()]
+    whole = [4 * math.prod(s) for s in shapes]
+    quarter = [4 * -(-s[0] // 4) * math.prod(s[1:]) for s in shapes]
+    for plan, moments in ((none, whole), (zero1, quarter)):
+        tensors = whole * 2 + [m for m in moments for _moment in range(2)]
+        allocated, reserved = layout_bytes(tensors)
+        assert plan["allocator_rounding"] == allocated - sum(tensors) == sum(block_bytes(t) - t for t in tensors)
+        assert plan["allocator_segments"] == reserved - allocated >= 0 and reserved % (2 * 2**20) == 0  # small pool
+    assert zero1["allocator_rounding"] >= 4 * 2 * (256 - 64)  # a norm's 64-byte quarter moments: 256-byte blocks
 
 
 def test_one_gradient_reduction_per_global_batch(tmp_path):

@@ -35,6 +35,8 @@ def _memory() -> dict:
             "index": i,
             "peak_bytes": peak,
             "allocated_bytes": torch.neuron.memory_allocated(i),
+            "peak_reserved_bytes": torch.neuron.max_memory_reserved(i),  # the allocator's segments
+            "reserved_bytes": torch.neuron.memory_reserved(i),
             "capacity_bytes": capacity,
             "peak_fraction": peak / capacity if capacity else 0.0,
         })

@@ -8,6 +8,7 @@
 #include "profiler/DeviceTrace.h"
 #include "runtime/Alias.h"
 #include "runtime/Allocator.h"
+#include "runtime/AllocatorPools.h"
 #include "runtime/AllocatorSizes.h"
 #include "runtime/AllocatorSnapshot.h"
 #include "runtime/AutogradWorkers.h"
@@ -103,6 +104,8 @@ void bind_memory_history(py::module& m) {
         "Bytes of the block a request of `bytes` (> 0) gets");
   m.def("_allocator_segment_bytes", [](size_t bytes) { return segment_bytes(bytes); },
         "Bytes of the segment such a request opens when no cached block holds it");
+  m.def("_allocator_layout_bytes", &layout_bytes,
+        "(allocated, reserved) bytes of a fresh core after these requests, none freed");
   m.def("_record_memory_history", &record_memory_history,
         "(trace, context 0-3, cpp frames, max entries, clear): torch.neuron.memory._record_memory_history");
   m.def("_memory_snapshot", &memory_snapshot, "PyTorch's memory snapshot dictionary of every core");

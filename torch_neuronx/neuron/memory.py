@@ -13,6 +13,7 @@ snapshots in PyTorch's format are in ``memory_history.py``.
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 from typing import Any
 
 import torch
@@ -63,6 +64,17 @@ def segment_bytes(nbytes: int) -> int:
     if nbytes <= 0:
         raise ValueError(f"segment_bytes: nbytes must be > 0, got {nbytes}")
     return _C._allocator_segment_bytes(nbytes)
+
+
+def layout_bytes(nbytes: Iterable[int]) -> tuple[int, int]:
+    """``(allocated, reserved)``: the blocks and the segments a fresh core's allocator holds
+    after tensors of these sizes are allocated in this order and none is freed (zero-byte
+    tensors take nothing). The same code every core runs, on a core of its own that no
+    statistic sees: what a memory plan's long-lived tensors take on the device."""
+    sizes = [operator.index(n) for n in nbytes]
+    if any(n < 0 for n in sizes):
+        raise ValueError(f"layout_bytes: sizes must be >= 0 bytes, got {min(sizes)}")
+    return tuple(_C._allocator_layout_bytes([n for n in sizes if n]))
 
 
 def memory_stats(device: Any = None) -> dict[str, Any]:

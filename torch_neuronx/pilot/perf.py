@@ -136,11 +136,13 @@ def reset_peak_memory(device: torch.device) -> None:
 
 
 def peak_memory(device: torch.device) -> dict:
-    """Peak bytes on the core vs its capacity; on CPU only the process's peak RSS exists."""
+    """Peak bytes of tensors on the core and of the segments its allocator reserved (what must
+    fit), vs its capacity; on CPU only the process's peak RSS exists."""
     if device.type == "cpu":
         return {"scope": "host process (peak RSS)", "peak_bytes": host_peak_rss_bytes(), "capacity_bytes": None,
-                "peak_fraction": None}
+                "peak_reserved_bytes": None, "peak_fraction": None}
     peak = torch.accelerator.max_memory_allocated(device)
     _free, total = torch.accelerator.get_memory_info(device)
     return {"scope": f"{device} (per core)", "peak_bytes": peak, "capacity_bytes": total,
+            "peak_reserved_bytes": torch.accelerator.max_memory_reserved(device),
             "peak_fraction": peak / total if total else None}

@@ -1,6 +1,7 @@
 """One rank's HBM: parameters, gradients and optimizer state by data-parallel sharding and
-pipeline stage, the traced activation peak, collective buffers, the serving KV cache, and the
-runtime's reserve, against the logical core's capacity."""
+pipeline stage, the traced activation peak, collective buffers, the serving KV cache, what the
+device's caching allocator adds to the long-lived tensors (``rank_tensors.py``), and the runtime's
+reserve, against the logical core's capacity."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,10 +9,12 @@ import math
 
 from ..runtime.profiles import GiB
 from .context import PlanContext
+from .rank_tensors import allocator_overhead
 from .request import Layout
 
 RUNTIME_RESERVE_BYTES = 1 * GiB  # assumed: Neuron runtime, NEFFs and scratch per core; no published figure
-LABEL = "emulated (traced on fake tensors); runtime_reserve assumed"
+LABEL = ("emulated (traced on fake tensors; long-lived tensors placed by the device's allocator); "
+         "runtime_reserve assumed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +76,7 @@ def _serving(ctx: PlanContext, layout: Layout) -> dict[str, float]:
 def memory(ctx: PlanContext, layout: Layout) -> MemoryPlan:
     """Per-rank HBM by kind, against the logical core's HBM."""
     parts = _training(ctx, layout) if ctx.train else _serving(ctx, layout)
+    parts.update(allocator_overhead(ctx, layout))
     other = {}
     if ctx.train:
         key = ("activations_peak_without_checkpointing" if layout.checkpointing

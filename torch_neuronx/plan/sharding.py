@@ -15,7 +15,21 @@ import math
 import torch
 
 from .heads import HeadLayout, config_heads
-from .tp_plan import FIRST_LAYER, Sharded, plan_source, sharding_of
+from .tp_plan import FIRST_LAYER, LAYER, Sharded, plan_source, sharding_of
+
+
+@dataclasses.dataclass(frozen=True)
+class RankTensor:
+    """One parameter of one TP rank: its shape, whether it is a projection's weight (stored in
+    the weight dtype when serving) and the index of its decoder layer (None outside the layers)."""
+
+    shape: tuple[int, ...]
+    matmul: bool
+    layer: int | None
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,9 +44,12 @@ class ParameterCounts:
     matmul_tp_local: int  # weights of the projections (what weight-only quantization stores narrow)
     padding_tp_local: int  # elements the padded heads and rows add to one TP rank
     tp_plan: str  # which TP plan the split followed
+    # One TP rank's parameters one by one (what the allocator places), not in ``to_dict``
+    tensors: tuple[RankTensor, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return {"label": "emulated (exact count)", **dataclasses.asdict(self)}
+        counts = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "tensors"}
+        return {"label": "emulated (exact count)", **counts}
 
 
 def fsdp_local_numel(shape: tuple[int, ...], fsdp: int) -> int:
@@ -113,7 +130,7 @@ def per_rank_parameters(config, tp: int, fsdp: int, vocab_parallel: bool = False
     modules = dict(model.named_modules())
     total = rank = tp_local = layer = embeddings = matmul = 0
     exact_total = 0.0
-    shardings = []
+    shardings, tensors = [], []
     for name, p in model.named_parameters():
         owner = type(modules.get(name.rpartition(".")[0])).__name__
         s = sharding_of(config, name, tuple(p.shape), owner, vocab_parallel or tied, name in vocab)
@@ -127,5 +144,8 @@ def per_rank_parameters(config, tp: int, fsdp: int, vocab_parallel: bool = False
         layer += n if FIRST_LAYER.search(name) else 0
         embeddings += n if name in tables else 0
         matmul += n if p.dim() == 2 and name not in tables else 0
+        in_layer = LAYER.search(name)
+        tensors.append(RankTensor(local, p.dim() == 2 and name not in tables,
+                                  int(in_layer.group(3)) if in_layer else None))
     return ParameterCounts(total, rank, tp_local, layer, embeddings, matmul, round(tp_local - exact_total),
-                           plan_source(shardings) if tp > 1 else "no tensor parallelism")
+                           plan_source(shardings) if tp > 1 else "no tensor parallelism", tuple(tensors))

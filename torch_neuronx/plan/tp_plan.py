@@ -21,7 +21,7 @@ import dataclasses
 import fnmatch
 import re
 
-LAYER = re.compile(r"(^|\.)(layers?|h|blocks?|block)\.\d+\.")
+LAYER = re.compile(r"(^|\.)(layers?|h|blocks?|block)\.(\d+)\.")  # group 3: the layer's index
 FIRST_LAYER = re.compile(r"(^|\.)(layers?|h|blocks?|block)\.0\.")
 QUERY = frozenset({"q_proj", "query", "q_lin", "wq", "q_b_proj"})
 KEY_VALUE = frozenset({"k_proj", "v_proj", "key", "value", "k_lin", "v_lin", "wk", "wv"})

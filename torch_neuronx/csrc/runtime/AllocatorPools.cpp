@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <mutex>
 
 namespace torch_neuronx {
@@ -35,8 +36,6 @@ using c10::CachingAllocator::StatType;
 // Each core's emulated addresses: 16 TiB from (index + 1) * 16 TiB, far more
 // than its HBM (kMaxCoreBytes), so a run never exhausts them.
 constexpr int kAddressBits = 44;
-// Segments start on 2 MiB boundaries, as device pages do.
-constexpr uint64_t kSegmentAlignment = uint64_t{2} << 20;
 
 // The bin of a free block: sizes below 1 KiB by 256 bytes, then four per
 // doubling. A rounded request (AllocatorSizes.h) is the lower bound of its
@@ -127,49 +126,25 @@ Block* FreeBins::find(size_t bytes) const {
   return nullptr;
 }
 
-// ---- addresses --------------------------------------------------------------
-
-AddressRanges::AddressRanges(uint64_t start, uint64_t bytes) {
-  free_.emplace(start, bytes);
-}
-
-uint64_t AddressRanges::take(size_t bytes) {
-  const uint64_t span = (bytes + kSegmentAlignment - 1) / kSegmentAlignment * kSegmentAlignment;
-  for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if (it->second >= span) {
-      const uint64_t start = it->first;
-      if (it->second > span) {
-        free_.emplace(start + span, it->second - span);
-      }
-      free_.erase(it);
-      return start;
-    }
-  }
-  TORCH_CHECK(false, "the neuron emulator ran out of device addresses on one core");
-}
-
-void AddressRanges::give_back(uint64_t address, size_t bytes) {
-  uint64_t span = (bytes + kSegmentAlignment - 1) / kSegmentAlignment * kSegmentAlignment;
-  auto next = free_.lower_bound(address);
-  if (next != free_.end() && address + span == next->first) {
-    span += next->second;
-    next = free_.erase(next);
-  }
-  if (next != free_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == address) {
-      prev->second += span;
-      return;
-    }
-  }
-  free_.emplace(address, span);
-}
-
 // ---- one core's pools -------------------------------------------------------
 
 CorePools::CorePools(int index)
     : index_(index),
       addresses_(static_cast<uint64_t>(index + 1) << kAddressBits, uint64_t{1} << kAddressBits) {}
+
+// Only a layout_bytes() core ends: the cores' pools live as long as the process.
+CorePools::~CorePools() {
+  for (auto& [address, segment] : segments_) {
+    for (Block* block = segment.head; block != nullptr;) {
+      Block* next = block->next;
+      delete block;
+      block = next;
+    }
+  }
+  for (Block* block : spare_blocks_) {
+    delete block;
+  }
+}
 
 Block* CorePools::allocate(size_t requested, int64_t capacity, Context&& context) {
   const bool small = is_small_request(requested);
@@ -486,6 +461,15 @@ CorePools& make_core_pools(int index) {
     g_core_pools[index].store(core, std::memory_order_release);
   }
   return *core;
+}
+
+std::pair<int64_t, int64_t> layout_bytes(const std::vector<size_t>& requests) {
+  CorePools pools(-1); // among no device's cores: no statistic or snapshot sees it
+  for (const size_t bytes : requests) {
+    TORCH_CHECK(bytes > 0, "layout_bytes: every request must be > 0 bytes");
+    pools.allocate(bytes, std::numeric_limits<int64_t>::max(), Context());
+  }
+  return {pools.allocated_bytes(), pools.reserved_bytes()};
 }
 
 std::vector<CorePools*> existing_core_pools() {

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace torch_neuronx {
@@ -110,6 +111,7 @@ class CorePools {
   using DeviceStats = c10::CachingDeviceAllocator::DeviceStats;
 
   explicit CorePools(int index);
+  ~CorePools();
   CorePools(const CorePools&) = delete;
   CorePools& operator=(const CorePools&) = delete;
 
@@ -202,5 +204,10 @@ inline CorePools& core_pools(int index) {
 }
 // Every core's pools made so far (snapshots and the history visit these).
 std::vector<CorePools*> existing_core_pools();
+
+// The (allocated, reserved) bytes of a fresh core, of unbounded HBM, after
+// `requests` (each > 0) are allocated in order and none is freed: what the
+// long-lived tensors of a memory plan take (plan/rank_tensors.py).
+std::pair<int64_t, int64_t> layout_bytes(const std::vector<size_t>& requests);
 
 } // namespace torch_neuronx

@@ -130,9 +130,11 @@ def html(data: dict) -> str:
         m = data.get(key)
         if m:
             mem_rows.append([label, e(m["scope"]), num(m["peak_bytes"], "{:.1f}", 2**-20),
+                             num(m.get("peak_reserved_bytes"), "{:.1f}", 2**-20),
                              num(m["capacity_bytes"], "{:.1f}", 2**-30), num(m["peak_fraction"], "{:.4%}")])
     if mem_rows:
-        out.append(table(["phase", "scope", "peak MiB", "capacity GiB", "peak / capacity"], mem_rows))
+        out.append(table(["phase", "scope", "peak MiB", "peak reserved MiB", "capacity GiB", "peak / capacity"],
+                         mem_rows))
     if data.get("train_samples_per_second") is not None:
         out.append(f"<p>Training throughput (host): {data['train_samples_per_second']:.2f} samples/s.</p>")
     out.append(img(plots.latency(data.get("generation", {})), "latency distribution"))
