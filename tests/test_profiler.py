@@ -177,7 +177,9 @@ def test_step_pictures_show_what_the_timeline_holds(tmp_path):
     assert summary["device_seconds"] == pytest.approx(timeline.device_seconds(), abs=1e-9 * summary["events"])
     engines = [e for e in timeline.events if e.kind == "engine"]
     for name, busy in summary["engine_busy_seconds"].items():
-        assert busy == pytest.approx(sum(e.seconds for e in engines if e.name == name), abs=1e-9 * len(engines))
+        # the summary reads the exported trace, whose spans start and end on whole nanoseconds
+        own = [e.seconds for e in engines if e.name == name]
+        assert busy == pytest.approx(sum(own), abs=3e-9 * max(len(own), 1))
     assert summary["flops"] == 2 * 32**3
     assert summary["mfu"] == projection.get_projector().mfu(2 * 32**3, summary["device_seconds"])
     assert [t["name"] for t in summary["top"]][0] in {e.name for e in timeline.device_events()}

@@ -194,6 +194,27 @@ def run(args: argparse.Namespace) -> int:
     return ExitCode.SUCCESS if plan.fits else ExitCode.FAILURE
 
 
+def _add_serving_arguments(p, plan_dtype) -> None:
+    """The flags that shape a serving job (--infer): its lengths, cache, weights and attention."""
+    p.add_argument("--input-len", type=int, default=None, help="prompt tokens with --infer (default --seq-len)")
+    p.add_argument("--output-len", "--decode-tokens", dest="output_len", type=int, default=None,
+                   help="output tokens with --infer (default 128 for a decoder; an encoder produces none)")
+    p.add_argument("--max-len", type=int, default=None,
+                   help="with --infer: the static KV cache the serving graphs are compiled for; every decode "
+                        "step reads all of it (default input + output)")
+    p.add_argument("--weight-dtype", type=plan_dtype(("bf16", "fp16", "int8", "fp8")), default=None,
+                   help="with --infer: how the weights are stored, bf16, fp16, int8 or fp8 (dequantized to "
+                        "--precision on chip; default the precision's)")
+    p.add_argument("--context-bucket", type=int, default=None,
+                   help="with --infer: the length the context encoding is compiled for; the prompt is padded up "
+                        "to it, as the serving stacks' context-encoding buckets do (default: the prompt's length)")
+    p.add_argument("--attention", choices=("fused", "materialized"), default=None,
+                   help="fused: one attention kernel keeps the scores on chip; materialized: the scores are "
+                        "computed in full (default: fused to train, materialized to serve)")
+    p.add_argument("--vocab-parallel", action="store_true",
+                   help="split the input embedding over TP on the vocabulary (the LM head always is)")
+
+
 def add_parser(sub) -> None:
     from torch_neuronx.cli.options import add_instance, plan_dtype
 
@@ -232,23 +253,7 @@ def add_parser(sub) -> None:
     mode.add_argument("--validate", action="store_true",
                       help="project AWS's published Trainium results, fit the physical factors and print the "
                            "leave-one-out table (written into a file only with --docs)")
-    p.add_argument("--input-len", type=int, default=None, help="prompt tokens with --infer (default --seq-len)")
-    p.add_argument("--output-len", "--decode-tokens", dest="output_len", type=int, default=None,
-                   help="output tokens with --infer (default 128 for a decoder; an encoder produces none)")
-    p.add_argument("--max-len", type=int, default=None,
-                   help="with --infer: the static KV cache the serving graphs are compiled for; every decode "
-                        "step reads all of it (default input + output)")
-    p.add_argument("--weight-dtype", type=plan_dtype(("bf16", "fp16", "int8", "fp8")), default=None,
-                   help="with --infer: how the weights are stored, bf16, fp16, int8 or fp8 (dequantized to "
-                        "--precision on chip; default the precision's)")
-    p.add_argument("--context-bucket", type=int, default=None,
-                   help="with --infer: the length the context encoding is compiled for; the prompt is padded up "
-                        "to it, as the serving stacks' context-encoding buckets do (default: the prompt's length)")
-    p.add_argument("--attention", choices=("fused", "materialized"), default=None,
-                   help="fused: one attention kernel keeps the scores on chip; materialized: the scores are "
-                        "computed in full (default: fused to train, materialized to serve)")
-    p.add_argument("--vocab-parallel", action="store_true",
-                   help="split the input embedding over TP on the vocabulary (the LM head always is)")
+    _add_serving_arguments(p, plan_dtype)
     p.add_argument("--precision", type=plan_dtype(("bf16", "fp16", "fp32", "autocast-bf16", "fp8")), default=None,
                    help="bf16 (default), fp16, fp32 (also spelled bfloat16, float16, half, float32, any "
                         "case), autocast-bf16 (fp32 master weights and optimizer state, bf16 compute), or "
