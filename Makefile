@@ -21,15 +21,15 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # The edit-test loop: each package once, the C++ core's own tests, the docs and layering
 # checks; under 3 minutes on 2 cores (README). The full suite stays `make test`.
 FAST_TESTS := \
-	tests/test_device.py tests/test_fast_path.py tests/test_views.py tests/test_memory.py \
-	tests/test_rng.py tests/test_streams.py tests/test_serialization.py \
-	tests/test_fidelity_key.py tests/test_fidelity_semantics.py tests/test_fidelity_messages.py \
-	tests/test_settings.py tests/test_projection.py tests/test_projection_metrics.py \
-	tests/distributed/test_projection_collectives.py tests/test_compile.py tests/test_autocast.py \
-	tests/test_metrics_registry.py tests/test_nki_op.py tests/test_pilot_steps.py \
-	tests/test_pilot_projection.py tests/test_plan.py tests/test_coverage.py \
-	tests/test_cli_exit_codes.py tests/test_projection_guard.py tests/test_benchmark_stats.py \
-	tests/test_docs_drift.py tests/test_package_readmes.py tests/test_layering.py
+	tests/device/test_device.py tests/device/test_fast_path.py tests/device/test_views.py tests/device/test_memory.py \
+	tests/device/test_rng.py tests/device/test_streams.py tests/device/test_serialization.py \
+	tests/fidelity/test_fidelity_key.py tests/fidelity/test_fidelity_semantics.py tests/fidelity/test_fidelity_messages.py \
+	tests/device/test_settings.py tests/projection/test_projection.py tests/projection/test_projection_metrics.py \
+	tests/distributed/test_projection_collectives.py tests/compile/test_compile.py tests/device/test_autocast.py \
+	tests/device/test_metrics_registry.py tests/nki_emulation/test_nki_op.py tests/pilot/test_pilot_steps.py \
+	tests/pilot/test_pilot_projection.py tests/plan/test_plan.py tests/coverage/test_coverage.py \
+	tests/cli/test_cli_exit_codes.py tests/projection/test_projection_guard.py tests/benchmarks/test_benchmark_stats.py \
+	tests/docs/test_docs_drift.py tests/docs/test_package_readmes.py tests/docs/test_layering.py
 
 .PHONY: venv demo test test-fast bench clean
 

@@ -24,7 +24,7 @@ from benchmarks.backends import BY_NAME, EAGER_WORKLOADS, IN_PROCESS_WORKLOADS
 from benchmarks.runner import Step, run_suite, run_worker
 from benchmarks.workloads import WORKLOADS
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _smoke_suite(folder: Path, environ: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:

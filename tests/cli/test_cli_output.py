@@ -14,7 +14,7 @@ import torchneuron_launcher
 from torch_neuronx.runtime.exit_codes import ExitCode
 from torch_neuronx.runtime.profiles import PROFILES
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _strict(text: str):

@@ -49,7 +49,7 @@ _SEEDED_AT_IMPORT = textwrap.dedent(
     """
 )
 _UNUSABLE = "compiled graphs are not kept between runs"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(neff_cache_dir: Path, environ: dict[str, str], toolchain: Path | None = None) -> tuple[dict, str]:
@@ -58,7 +58,7 @@ def _run(neff_cache_dir: Path, environ: dict[str, str], toolchain: Path | None =
     env = {k: v for k, v in environ.items() if not k.startswith("TORCHINDUCTOR_")}
     env.pop("TORCHNEURON_CHOSEN_INDUCTOR_CACHE_DIR", None)
     env["TORCH_NEURONX_NEFF_CACHE_DIR"] = str(neff_cache_dir)
-    code = [_CHILD] if toolchain is None else [_SEEDED_AT_IMPORT + _CHILD, str(Path(__file__).parent), str(toolchain)]
+    code = [_CHILD] if toolchain is None else [_SEEDED_AT_IMPORT + _CHILD, str(Path(children.__file__).parent), str(toolchain)]
     proc = subprocess.run([sys.executable, "-c", *code], env=env, capture_output=True, text=True, timeout=600,
                           cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FOLDERS = ("torch_neuronx", "benchmarks", "tools")
 LIMITS = {"module": 500, "class": 250, "function": 80}
 

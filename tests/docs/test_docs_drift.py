@@ -9,7 +9,7 @@ import torch
 
 import torch_neuronx
 
-DEVICE_MD = Path(__file__).resolve().parents[1] / "docs" / "device.md"
+DEVICE_MD = Path(__file__).resolve().parents[2] / "docs" / "device.md"
 
 
 def _documented(marker: str) -> set[str]:
@@ -65,7 +65,7 @@ def test_layer_norm_in_bfloat16_matches_cpu_bit_for_bit():
     assert torch.equal(groups.cpu(), torch.nn.functional.group_norm(x.transpose(1, 2), 8))
 
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
 
 

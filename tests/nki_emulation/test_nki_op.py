@@ -11,7 +11,7 @@ import nki_kernels as K
 import torch_neuronx
 from torch_neuronx import nki_op
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(torch_neuronx.__file__))), "examples"))
 from nki_rmsnorm import rmsnorm as rmsnorm_op  # noqa: E402  (the example's kernel, registered as an op)
 from nki_rmsnorm import rmsnorm_kernel, train_tiny_llama  # noqa: E402
 

@@ -28,7 +28,7 @@ from torch_neuronx.pilot.report import validate_report
 from torch_neuronx.pilot.steps import cost, numerics
 from torch_neuronx.testing.tiny_models import TinySize, byte_tokenizer, tiny_causal_lm
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MINIMAL = ["--batch-size", "1", "--seq-lens", "8", "--gen-tokens", "2", "--iters", "2", "--train-steps", "0"]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCANNED = [ROOT / "torch_neuronx", ROOT / "benchmarks"]
 OWNER = ROOT / "torch_neuronx" / "projection"
 PRICE = re.compile(r"price|per_hour|usd_per", re.IGNORECASE)

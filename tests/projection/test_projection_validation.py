@@ -15,7 +15,7 @@ from torch_neuronx.plan.validate import BEGIN, END, row_planner, table_markdown,
 from torch_neuronx.projection import fit, published
 from torch_neuronx.projection.job import FACTORS_FILE, fitted_factors
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "projection.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "projection.md"
 
 
 @pytest.fixture(scope="module")
