@@ -18,6 +18,8 @@ from benchmarks import report, stats
 from benchmarks.backends import BY_NAME, ROUND_ORDER
 from benchmarks.runner import Step, plan
 
+pytestmark = pytest.mark.fast
+
 # Two-sided 95 % Student t quantiles from a printed table (df: t_0.975).
 T_TABLE = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 9: 2.262, 19: 2.093, 30: 2.042, 120: 1.980}
 

@@ -8,6 +8,8 @@ from torch_neuronx.cli.main import main
 from torch_neuronx.runtime.errors import ConfigError, UsageError, UserError
 from torch_neuronx.runtime.exit_codes import ExitCode, interrupted_by
 
+pytestmark = pytest.mark.fast
+
 
 def test_the_map_keeps_the_documented_codes():
     # docs/pilot.md, docs/plan.md, docs/coverage.md: scripts depend on these numbers.

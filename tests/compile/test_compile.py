@@ -14,6 +14,8 @@ from torch.utils._pytree import tree_leaves as pytree_leaves
 
 import torch_neuronx
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():

@@ -14,6 +14,8 @@ from torch_neuronx.coverage.probe import CHECKS, classify
 from torch_neuronx.coverage.sweep import ProbeWorker, summarise
 from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm, tiny_config
 
+pytestmark = pytest.mark.fast
+
 TINY_LAYERS = TinySize().layers
 # The compiled probes below build one decoder layer, not two: a compiled check passes or fails per
 # graph, and each further layer is more kernels to build cold (the sweep's own `--layers 1`).

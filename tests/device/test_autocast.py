@@ -6,6 +6,8 @@ import copy
 import pytest
 import torch
 
+pytestmark = pytest.mark.fast
+
 
 def _pair(*shape):
     cpu = torch.randn(*shape)

@@ -14,6 +14,8 @@ from torch_neuronx.runtime import profiles
 from torch_neuronx.runtime.errors import ConfigError
 from torch_neuronx.runtime.profiles import TOPOLOGY_ENV
 
+pytestmark = pytest.mark.fast
+
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter (import-time behaviour) with ``env`` set."""

@@ -13,6 +13,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import torch_neuronx
 
+pytestmark = pytest.mark.fast
+
 aten = torch.ops.aten
 
 

@@ -8,6 +8,8 @@ import threading
 import pytest
 import torch
 
+pytestmark = pytest.mark.fast
+
 MiB = 2**20
 
 

@@ -7,6 +7,8 @@ import torch_neuronx
 import torch_neuronx.debug.metrics as met
 from torch_neuronx.runtime import metrics_registry as registry
 
+pytestmark = pytest.mark.fast
+
 KINDS = (f"[{registry.HOST}]", f"[{registry.EMULATED}]")
 
 

@@ -11,6 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+pytestmark = pytest.mark.fast
+
 
 def test_neuron_draws_equal_cpu_draws_in_the_same_order():
     # torch.randn(device='neuron') "falls back to CPU, consuming CPU RNG state"

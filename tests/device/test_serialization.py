@@ -9,6 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file, save_model, load_model
 
+pytestmark = pytest.mark.fast
+
 
 def _round_trip(obj, **load_kwargs):
     buf = io.BytesIO()

@@ -15,6 +15,8 @@ from torch_neuronx.accounting.signatures import make_accounting
 from torch_neuronx.runtime import cache_dirs, settings
 from torch_neuronx.runtime.errors import ConfigError, first_line
 
+pytestmark = pytest.mark.fast
+
 REPO = Path(__file__).resolve().parents[2]
 GiB = 1024**3
 

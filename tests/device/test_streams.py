@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
+
+pytestmark = pytest.mark.fast
 
 
 def test_streams_have_identities_and_contexts():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+pytestmark = pytest.mark.fast
+
 
 def _pair(*shape):
     cpu = torch.randn(*shape)

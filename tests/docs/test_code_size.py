@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.fast
+
 REPO = Path(__file__).resolve().parents[2]
 FOLDERS = ("torch_neuronx", "benchmarks", "tools")
 LIMITS = {"module": 500, "class": 250, "function": 80}

@@ -1,13 +1,17 @@
 """Lists in the docs that are data must match the code: the fast-path ops and the
 ops routed to their CPU kernel instead of a decomposition (docs/device.md); the test files
-tests/README.md maps and its "fast" tier, which must be the Makefile's FAST_TESTS; the README's
+tests/README.md maps and its "fast" tier, which must be the modules marked ``fast``; the README's
 example, which must run as written. (The settings table is checked in test_settings.py.)"""
+import ast
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 import torch_neuronx
+
+pytestmark = pytest.mark.fast
 
 DEVICE_MD = Path(__file__).resolve().parents[2] / "docs" / "device.md"
 
@@ -69,12 +73,18 @@ REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
 
 
-def _fast_tests_of_the_makefile() -> set[str]:
-    """The files of ``FAST_TESTS`` (a make variable continued with backslashes)."""
-    text = (REPO / "Makefile").read_text(encoding="utf-8")
-    found = re.search(r"^FAST_TESTS\s*:?=((?:.*\\\n)*.*)$", text, re.M)
-    assert found, "the Makefile defines no FAST_TESTS"
-    return set(found.group(1).replace("\\\n", " ").split())
+def _module_marks(path: Path) -> tuple[set[str], int]:
+    """The marks of a test file's module-level ``pytestmark`` (``pytest.mark.NAME``) and how many
+    ``mark.fast`` the file names anywhere (a second one would mark single tests)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    marks: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets):
+            marks |= {n.attr for n in ast.walk(node.value)
+                      if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute) and n.value.attr == "mark"}
+    uses = sum(isinstance(n, ast.Attribute) and n.attr == "fast" and isinstance(n.value, ast.Attribute)
+               and n.value.attr == "mark" for n in ast.walk(tree))
+    return marks, uses
 
 
 def _tiers_of_the_tests_readme() -> dict[str, str]:
@@ -92,12 +102,20 @@ def _tiers_of_the_tests_readme() -> dict[str, str]:
     return tiers
 
 
-def test_fast_tier_of_the_tests_readme_matches_the_makefile():
-    """`make test-fast` runs FAST_TESTS; tests/README.md tells a newcomer which files those are."""
+def test_fast_tier_of_the_tests_readme_is_the_fast_marker():
+    """`make test-fast` runs the tests marked ``fast`` (a whole module's ``pytestmark``, never a single
+    test: the tier is per file); tests/README.md tells a newcomer which files those are."""
     tiers = _tiers_of_the_tests_readme()
     assert set(tiers.values()) <= {"", "fast"}, f"unknown tiers in tests/README.md: {tiers}"
-    marked_fast = {path for path, tier in tiers.items() if tier == "fast"}
-    assert marked_fast == _fast_tests_of_the_makefile()
+    marked, stray = set(), []
+    for path in TESTS.rglob("test_*.py"):
+        marks, uses = _module_marks(path)
+        if "fast" in marks:
+            marked.add(str(path.relative_to(REPO)))
+        if uses > ("fast" in marks):
+            stray.append(str(path.relative_to(REPO)))
+    assert stray == [], "pytest.mark.fast outside a module's pytestmark"
+    assert {path for path, tier in tiers.items() if tier == "fast"} == marked
 
 
 def test_tests_readme_maps_every_test_file():

@@ -8,6 +8,10 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.fast
+
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "torch_neuronx"
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.fast
+
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "torch_neuronx"
 READMES = sorted(PACKAGE.rglob("README.md"))

@@ -25,6 +25,8 @@ from torch_neuronx.accounting.kernel_key import (
     validate,
 )
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture(autouse=True)
 def fresh_process(private_neff_cache):

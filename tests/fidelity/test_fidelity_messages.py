@@ -8,6 +8,8 @@ import torch
 
 import torch_neuronx
 
+pytestmark = pytest.mark.fast
+
 
 def _gru_cell_args(device):
     torch.manual_seed(0)

@@ -20,7 +20,7 @@ def mode():
 
 BIG = 2**31 + 5
 # The once-per-process narrowing warning is checked in its own process below.
-pytestmark = pytest.mark.filterwarnings("ignore:neuron. Trainium has no 64-bit device dtypes")
+pytestmark = [pytest.mark.fast, pytest.mark.filterwarnings("ignore:neuron. Trainium has no 64-bit device dtypes")]
 
 
 def test_narrow_wraps_int64_as_int32(mode):

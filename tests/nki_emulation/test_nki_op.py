@@ -15,6 +15,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 from nki_rmsnorm import rmsnorm as rmsnorm_op  # noqa: E402  (the example's kernel, registered as an op)
 from nki_rmsnorm import rmsnorm_kernel, train_tiny_llama  # noqa: E402
 
+pytestmark = pytest.mark.fast
+
 nki = torch_neuronx.nki
 nl, nisa = nki.language, nki.isa
 

@@ -10,6 +10,8 @@ from torch_neuronx import projection as P
 from torch_neuronx.projection.hardware import load_data
 from torch_neuronx.runtime.profiles import get_profile
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 def default_instance(monkeypatch):

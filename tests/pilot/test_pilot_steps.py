@@ -15,6 +15,8 @@ from torch_neuronx.pilot.report.schema import Environment
 from torch_neuronx.pilot.steps import STEPS, checkpoint, compilation, cost, finetune, inputs, numerics, performance, \
     quality
 
+pytestmark = pytest.mark.fast
+
 
 def _dist(p50):
     return {"count": 3, "p50": p50, "p95": p50, "p99": p50, "mean": p50}

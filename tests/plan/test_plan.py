@@ -15,6 +15,8 @@ from torch_neuronx.plan import Layout, Planner, load_config, per_rank_parameters
 from torch_neuronx.plan.sharding import meta_model, tp_style
 from torch_neuronx.testing.tiny_models import tiny_config
 
+pytestmark = pytest.mark.fast
+
 GiB = 2**30
 
 

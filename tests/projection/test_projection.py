@@ -12,6 +12,8 @@ from torch_neuronx.projection.hardware import load_data
 from torch_neuronx.projection.kernel import resolve_op
 from torch_neuronx.runtime.profiles import get_profile
 
+pytestmark = pytest.mark.fast
+
 DATA = load_data()
 DEFAULTS = DATA["defaults"]
 

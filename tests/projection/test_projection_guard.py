@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = [ROOT / "torch_neuronx", ROOT / "benchmarks"]
 OWNER = ROOT / "torch_neuronx" / "projection"

@@ -8,6 +8,8 @@ from torch_neuronx import _C, projection
 from torch_neuronx.debug import metrics as debug_metrics
 from torch_neuronx.projection.recording import ProjectionMode
 
+pytestmark = pytest.mark.fast
+
 
 @pytest.fixture
 def accounting():
