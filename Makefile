@@ -40,8 +40,10 @@ demo: $(EXT_STAMP)
 	$(VENV)/bin/torchneuron info
 	$(VENV)/bin/torchneuron pilot --out pilot-report
 
+# XDIST=1: the same suite on pytest-xdist's workers (-n auto --dist loadfile) instead of pytest's
+# process plus the background lane (tests/README.md compares the two).
 test: $(EXT_STAMP)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q $(if $(XDIST),-n auto --dist loadfile) tests
 
 # The edit-test loop: the modules marked `fast` (each package once, the C++ core's own tests, the
 # docs and layering checks) without their minutes-long tests; under 3 minutes on 2 cores.
