@@ -22,19 +22,6 @@ export HF_DATASETS_OFFLINE := 1
 # cpp_extension looks for `ninja` on PATH; without it the build is serial.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-# The edit-test loop: each package once, the C++ core's own tests, the docs and layering
-# checks; under 3 minutes on 2 cores (README). The full suite stays `make test`.
-FAST_TESTS := \
-	tests/test_device.py tests/test_fast_path.py tests/test_views.py tests/test_memory.py \
-	tests/test_rng.py tests/test_streams.py tests/test_serialization.py \
-	tests/test_fidelity_key.py tests/test_fidelity_semantics.py tests/test_fidelity_messages.py \
-	tests/test_settings.py tests/test_projection.py tests/test_projection_metrics.py \
-	tests/distributed/test_projection_collectives.py tests/test_compile.py tests/test_autocast.py \
-	tests/test_metrics_registry.py tests/test_nki_op.py tests/test_pilot_steps.py \
-	tests/test_pilot_projection.py tests/test_plan.py tests/test_coverage.py \
-	tests/test_cli_exit_codes.py tests/test_projection_guard.py tests/test_benchmark_stats.py \
-	tests/test_docs_drift.py tests/test_package_readmes.py tests/test_layering.py
-
 .PHONY: venv demo test test-fast test-titan test-plan-sweep bench clean
 
 # Two resolver passes, each over a different set: the build requirements, then the package.
@@ -65,8 +52,10 @@ demo: $(EXT_STAMP)
 	$(VENV)/bin/torchneuron info
 	$(VENV)/bin/torchneuron pilot --out pilot-report
 
+# XDIST=1: the same suite on pytest-xdist's workers (-n auto --dist loadfile) instead of pytest's
+# process plus the background lane (tests/README.md compares the two).
 test: $(EXT_STAMP)
-	$(PY) -m pytest -q -m "not exhaustive" tests
+	$(PY) -m pytest -q -m "not exhaustive" $(if $(XDIST),-n auto --dist loadfile) tests
 
 # TorchTitan on neuron against CPU (docs/torchtitan.md): every layout, compile, checkpoint, bad input.
 test-titan: $(EXT_STAMP) $(TITAN_STAMP)
@@ -74,10 +63,12 @@ test-titan: $(EXT_STAMP) $(TITAN_STAMP)
 
 # Every curated architecture planned end to end at every layout (docs/plan.md).
 test-plan-sweep: $(EXT_STAMP)
-	$(PY) -m pytest -q -m exhaustive tests/test_plan_sweep.py
+	$(PY) -m pytest -q -m exhaustive tests/plan/test_plan_sweep.py
 
+# The edit-test loop: the modules marked `fast` (each package once, the C++ core's own tests, the
+# docs and layering checks) without their minutes-long tests; under 3 minutes on 2 cores.
 test-fast: $(EXT_STAMP)
-	$(PY) -m pytest -q -m "not slow" $(FAST_TESTS)
+	$(PY) -m pytest -q -m "fast and not slow" tests
 
 bench: $(EXT_STAMP)
 	$(PY) -m benchmarks

@@ -11,7 +11,7 @@ import signal
 import sys
 
 # ExitCode.INTERRUPTED of torch_neuronx/runtime/exit_codes.py, which cannot be imported while
-# the import it would report on is what was interrupted (tests/test_cli_exit_codes.py checks
+# the import it would report on is what was interrupted (tests/cli/test_cli_exit_codes.py checks
 # that the two agree).
 INTERRUPTED_WHILE_IMPORTING = 128 + signal.SIGINT
 

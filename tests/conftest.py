@@ -96,9 +96,16 @@ def neuron_log():
     logger.removeHandler(handler)
 
 
+def _on_an_xdist_worker(config) -> bool:
+    """A pytest-xdist worker (``make test XDIST=1``): the workers are the parallelism, so each runs
+    its share of the tests as written, with no background lane and no child pytest."""
+    return hasattr(config, "workerinput")
+
+
 def _runs_in_a_child(item) -> bool:
     """A test of a ``child_process`` module, seen by the parent session."""
-    return item.get_closest_marker("child_process") is not None and not os.environ.get(children.IN_CHILD_ENV)
+    return (item.get_closest_marker("child_process") is not None and not os.environ.get(children.IN_CHILD_ENV)
+            and not _on_an_xdist_worker(item.config))
 
 
 def _waits_for_the_lane(item) -> bool:
@@ -106,10 +113,12 @@ def _waits_for_the_lane(item) -> bool:
     return children.uses_lane(item.module.__name__, item.fixturenames) if hasattr(item, "module") else False
 
 
-def pytest_collection_modifyitems(items):
+def pytest_collection_modifyitems(config, items):
     """The modules whose tests take background-lane outcomes after the others, and
     ``child_process`` modules last: pytest's own process would otherwise stand idle in a
     fixture's set-up waiting for a lane job it reached too early (up to 30 s each)."""
+    if _on_an_xdist_worker(config):
+        return
     by_module: dict = {}  # module -> does any of its selected tests wait for the lane
     for item in items:
         key = getattr(item, "module", None)
@@ -130,7 +139,7 @@ def pytest_collection_finish(session):
     process, once through the other modules, takes the jobs the lane has not begun and runs
     them itself (``Lane.take``) while the lane works from the other end, so neither core
     waits for the other until they meet."""
-    if session.config.option.collectonly:
+    if session.config.option.collectonly or _on_an_xdist_worker(session.config):
         return
     fixtures: dict = {}  # module -> fixture names, modules in the order they run
     in_child: dict = {}  # child_process module -> its selected test ids

@@ -3,7 +3,7 @@ import pytest
 
 from launch import check_all_ok, run_ranks
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.fast, pytest.mark.timeout(240)]
 
 
 def test_neuron_group_records_collectives_for_the_projection():

@@ -11,7 +11,7 @@ multi-query attention picks its key and value heads with a list index
 (``fused_qkv[..., [-2], :]``), whose backward accumulates the bmm's transposed
 key gradient into the fused projection's gradient, so every Falcon training
 step compiled by Inductor had wrong gradients (upstream bug; the minimal
-reproduction is in tests/test_inductor_tile2d_atomic_add.py). Our backend now
+reproduction is in tests/compile/test_inductor_tile2d_atomic_add.py). Our backend now
 decomposes that ``index_put`` into ``scatter_add`` (``lowering/decompositions/index_put.py``), which
 Inductor hands to ATen on a multi-threaded CPU; an embedding's backward still
 reaches the store (``_unsafe_masked_index_put_accumulate``), tiled when the
