@@ -103,6 +103,7 @@ from .accounting import (  # noqa: E402  (public API of the accounting layer, do
     set_kernel_accounting,
 )
 from .numerics import get_64bit_mode, set_64bit_mode  # noqa: E402  (docs/fidelity.md, "64-bit values")
+from .neuron.random import get_rng_source, set_rng_source  # noqa: E402  (docs/device.md, "Random numbers")
 
 # NKI emulation (docs/nki.md): `import nki` resolves to torch_neuronx.nki unless the real package is installed.
 from .nki.finder import install as _install_nki_finder  # noqa: E402

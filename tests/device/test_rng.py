@@ -1,17 +1,108 @@
-"""Random numbers on neuron come from the core's generator, a counter-based one with the real
-product's 16-byte state: seed and offset (TR torch_neuronx/neuron.py:94-190; TR is defined in
-ARCHITECTURE.md, "How the real product is cited"). ``torch.manual_seed`` gives the same values
-again, as the real product documents. Unlike the April source, whose ops draw from the CPU default
-generator (TR tests/device/test_rng_state.py:85-104), every random op on neuron draws from this
-generator, element k of a draw from counter offset + k, so that DTensor's RNG tracker can place
-shards (docs/device.md, "Random numbers"; tests/distributed/test_dtensor_random.py)."""
+"""Random numbers on neuron.
+
+By default they come from the CPU default generator, as on the real product (randn, rand,
+normal_, bernoulli_ and dropout fall back to CPU and consume its stream: TR
+tests/device/test_rng_state.py:85-104, TR .../ops/dropout.py:30-34; TR is defined in
+ARCHITECTURE.md, "How the real product is cited"). The per-core generators behind
+``torch.neuron.manual_seed`` / ``get_rng_state`` have the real product's 16-byte state, seed and
+offset (TR torch_neuronx/neuron.py:94-190), and no op draws from them unless passed explicitly.
+
+With ``TORCHNEURON_RNG=counter`` (``torch_neuronx.set_rng_source("counter")``) every random op
+on neuron draws from its core's generator instead, counter-based: element k of a draw comes from
+counter offset + k, so that DTensor's RNG tracker can place shards (docs/device.md, "Random
+numbers"; tests/distributed/test_dtensor_random.py)."""
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import torch_neuronx
+
 pytestmark = pytest.mark.fast
+
+
+@pytest.fixture
+def counter():
+    """Random ops draw from the cores' counter-based generators for the test."""
+    torch_neuronx.set_rng_source("counter")
+    yield
+    torch_neuronx.set_rng_source("cpu")
+
+
+def test_the_source_is_the_cpu_generator_unless_set_and_a_bad_source_is_refused():
+    assert torch_neuronx.get_rng_source() == "cpu"
+    with pytest.raises(ValueError, match="must be one of cpu, counter, not 'philox'"):
+        torch_neuronx.set_rng_source("philox")
+    assert torch_neuronx.get_rng_source() == "cpu"
+
+
+def test_neuron_draws_equal_cpu_draws_in_the_same_order():
+    # torch.randn(device='neuron') "falls back to CPU, consuming CPU RNG state"
+    # (TR tests/device/test_rng_state.py:85-104): the same values as CPU draws in the same order.
+    torch.manual_seed(7)
+    a = torch.randn(5, 7, device="neuron")
+    b = torch.rand(100, device="neuron:2")
+    c = torch.empty(9, device="neuron").normal_(2.0, 0.5)
+    torch.manual_seed(7)
+    assert torch.equal(a.cpu(), torch.randn(5, 7))
+    assert torch.equal(b.cpu(), torch.rand(100))
+    assert torch.equal(c.cpu(), torch.empty(9).normal_(2.0, 0.5))
+
+
+def test_drawing_on_neuron_advances_the_cpu_stream():
+    # Generating on neuron advances the CPU stream (TR tests/device/test_rng_state.py:85-104).
+    torch.manual_seed(1)
+    torch.randn(10, device="neuron")
+    after_neuron = torch.randn(4)
+    torch.manual_seed(1)
+    torch.randn(10)
+    assert torch.equal(after_neuron, torch.randn(4))
+    torch.manual_seed(1)
+    assert not torch.equal(after_neuron, torch.randn(4))
+
+
+def test_dropout_masks_follow_torch_manual_seed():
+    # Dropout masks are reproducible under torch.manual_seed
+    # (TR tests/python_ops/test_native_dropout.py:188-230).
+    ones = torch.ones(256, device="neuron")
+    torch.manual_seed(3)
+    first = F.dropout(ones, 0.5)
+    torch.manual_seed(3)
+    second = F.dropout(ones, 0.5)
+    third = F.dropout(ones, 0.5)
+    assert torch.equal(first.cpu(), second.cpu())
+    assert not torch.equal(second.cpu(), third.cpu())
+    assert 0 < int(first.eq(0).sum()) < 256
+
+
+def test_sdpa_dropout_follows_torch_manual_seed():
+    # SDPA dropout uses the CPU generator (TR .../scaled_dot_product_attention.py:153).
+    q, k, v = (torch.randn(1, 2, 8, 4).to("neuron") for _ in range(3))
+    torch.manual_seed(11)
+    first = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    torch.manual_seed(11)
+    second = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    assert torch.equal(first.cpu(), second.cpu())
+    torch.manual_seed(11)
+    # it consumed the CPU stream: a CPU draw after it differs from one without it
+    F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    after = torch.rand(8)
+    torch.manual_seed(11)
+    assert not torch.equal(after, torch.rand(8))
+
+
+def test_neuron_manual_seed_does_not_change_what_ops_draw():
+    # No op uses the neuron generator (TR .../ops/dropout.py:30-34, test_rng_state.py:85-104), so
+    # torch.neuron.manual_seed alone has no effect on what ops draw.
+    torch.manual_seed(5)
+    torch.neuron.manual_seed(123)
+    a = torch.randn(32, device="neuron")
+    d = F.dropout(torch.ones(64, device="neuron"), 0.5)
+    torch.manual_seed(5)
+    torch.neuron.manual_seed_all(999)
+    assert torch.equal(torch.randn(32, device="neuron").cpu(), a.cpu())
+    assert torch.equal(F.dropout(torch.ones(64, device="neuron"), 0.5).cpu(), d.cpu())
 
 
 def _offset() -> int:
@@ -24,7 +115,7 @@ def _set_offset(offset: int) -> None:
     torch.neuron.set_rng_state(state)
 
 
-def test_state_is_seed_and_offset_and_the_offset_counts_whole_groups_of_four():
+def test_state_is_seed_and_offset_and_the_offset_counts_whole_groups_of_four(counter):
     # DTensor's tracker reads bytes 0-7 as the seed and 8-15 as the offset, and moves the
     # offset past a tensor by its size rounded up to 4 (torch/distributed/tensor/_random.py).
     torch.manual_seed(7)
@@ -39,7 +130,7 @@ def test_state_is_seed_and_offset_and_the_offset_counts_whole_groups_of_four():
     assert _offset() == 24
 
 
-def test_a_draw_is_the_slice_of_a_longer_draw_at_its_offset():
+def test_a_draw_is_the_slice_of_a_longer_draw_at_its_offset(counter):
     torch.manual_seed(3)
     whole = torch.randn(40, device="neuron").cpu()
     uniforms = torch.rand(40, device="neuron").cpu()
@@ -55,7 +146,7 @@ def test_a_draw_is_the_slice_of_a_longer_draw_at_its_offset():
     assert torch.equal(t.cpu().flatten(), whole[:40])
 
 
-def test_the_same_manual_seed_gives_the_same_values_again():
+def test_the_same_manual_seed_gives_the_same_values_again(counter):
     def draws():
         return [torch.randn(5, 7, device="neuron"), torch.rand(100, device="neuron:2"),
                 torch.empty(9, device="neuron").normal_(2.0, 0.5),
@@ -76,7 +167,7 @@ def test_the_same_manual_seed_gives_the_same_values_again():
     assert 0 < int(first[4].eq(0).sum()) < 256
 
 
-def test_drawing_on_neuron_leaves_the_cpu_stream_and_neuron_manual_seed_decides():
+def test_drawing_on_neuron_leaves_the_cpu_stream_and_neuron_manual_seed_decides(counter):
     torch.manual_seed(1)
     torch.randn(10, device="neuron")
     F.dropout(torch.ones(64, device="neuron"), 0.5)
@@ -91,7 +182,7 @@ def test_drawing_on_neuron_leaves_the_cpu_stream_and_neuron_manual_seed_decides(
     assert torch.equal(torch.randn(32, device="neuron").cpu(), a)
 
 
-def test_sdpa_dropout_draws_from_the_generator():
+def test_sdpa_dropout_draws_from_the_generator(counter):
     q, k, v = (torch.randn(1, 2, 8, 4).to("neuron") for _ in range(3))
     torch.manual_seed(11)
     first = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
@@ -101,7 +192,7 @@ def test_sdpa_dropout_draws_from_the_generator():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_distributions_agree_with_cpu_draws(dtype):
+def test_distributions_agree_with_cpu_draws(dtype, counter):
     """Moments of 50,000 draws per distribution against CPU's draws of the same distribution
     (tolerances: about six standard errors)."""
     n = 50_000
@@ -129,7 +220,7 @@ def test_distributions_agree_with_cpu_draws(dtype):
     assert abs(float(c.median()) - 1.0) < 0.02
 
 
-def test_per_core_generators_are_seeded_and_their_state_round_trips():
+def test_per_core_generators_are_seeded_and_their_state_round_trips(counter):
     # The API exists and acts on per-core generators (TR torch_neuronx/neuron.py:94-190).
     torch.neuron.manual_seed_all(0)
     with torch.neuron.device(1):
@@ -150,7 +241,7 @@ def test_per_core_generators_are_seeded_and_their_state_round_trips():
     assert {g.initial_seed() for g in torch.neuron.default_generators()} == {4}
 
 
-def test_explicit_generators():
+def test_explicit_generators(counter):
     g = torch.Generator(device="neuron")
     assert g.device == torch.device("neuron:0") and g.get_state().numel() == 16
     torch.manual_seed(0)
@@ -181,7 +272,7 @@ def test_seed_and_seed_all():
     assert torch.neuron.initial_seed() == s
 
 
-def test_bad_input_is_refused_with_pytorchs_or_a_clear_message():
+def test_bad_input_is_refused_with_pytorchs_or_a_clear_message(counter):
     with pytest.raises(RuntimeError, match="16 bytes .seed and offset"):
         torch.neuron.set_rng_state(torch.zeros(3, dtype=torch.uint8))
     x = torch.empty(3, device="neuron")
@@ -194,3 +285,16 @@ def test_bad_input_is_refused_with_pytorchs_or_a_clear_message():
     with pytest.raises(RuntimeError, match="to - 1 is out of bounds"):
         torch.empty(3, dtype=torch.int8, device="neuron").random_(0, 1000)
     assert _offset() % 4 == 0  # nothing drawn was half-counted
+
+
+def test_an_explicit_neuron_generator_is_drawn_from_and_leaves_the_cpu_stream_alone():
+    g = torch.Generator(device="neuron").manual_seed(42)
+    torch.manual_seed(0)
+    a = torch.randn(16, device="neuron", generator=g)
+    after = torch.randn(4)
+    torch.manual_seed(0)
+    assert torch.equal(after, torch.randn(4))
+    g.manual_seed(42)
+    assert torch.equal(torch.randn(16, device="neuron", generator=g).cpu(), a.cpu())
+    torch.manual_seed(0)
+    assert not torch.equal(torch.randn(16, device="neuron").cpu(), a.cpu())  # the default draws from CPU

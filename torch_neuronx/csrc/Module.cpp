@@ -142,6 +142,10 @@ void bind_runtime(py::module& m) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.get<NeuronGenerator>()->set_shard_index(index.value_or(at::Tensor()));
   }, "Each element's index in the whole DTensor, for the generator's next draw (runtime/Generators.h)");
+  m.def("_set_counter_draws", &set_counter_draws,
+        "Random ops without a neuron generator draw from the core's counter-based generator (true) "
+        "or from the CPU default generator (false, as the real product does)");
+  m.def("_counter_draws", &counter_draws);
   m.def("_install_host_pool", &install_host_pool,
         "Pool the host memory of large neuron tensors (see runtime/HostPool.cpp)");
   m.def("_host_pool_stats", []() {

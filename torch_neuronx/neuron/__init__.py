@@ -70,6 +70,7 @@ def _configure(topology: Topology, hbm_per_core: int | None = None) -> None:
     global _topology
     _C._set_fused_attention(settings.get_flag("TORCH_NEURONX_ENABLE_NKI_SDPA"))
     _C._install_host_pool(settings.get_int("TORCHNEURON_HOST_POOL_MB") * 2**20)
+    random.configure_rng_source()
     _C._configure_devices(topology.device_count, hbm_per_core or topology.hbm_per_core)
     if topology.device_count:
         _C._set_default_device(topology.default_device)

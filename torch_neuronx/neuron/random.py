@@ -2,8 +2,12 @@
 
 Each logical core has a default generator that this API seeds, saves and
 restores (Accelerate checkpoints call ``get_rng_state_all``). As on the real
-product, no op draws from it: random ops on neuron use the CPU default
-generator, so ``torch.manual_seed`` decides what they draw (docs/device.md).
+product, no op draws from it by default: random ops on neuron use the CPU
+default generator, so ``torch.manual_seed`` decides what they draw and they
+equal CPU draws made in the same order. ``TORCHNEURON_RNG=counter`` (or
+``set_rng_source("counter")``) makes every random op draw from its core's
+counter-based generator instead, so DTensor's sharded draws equal the
+unsharded one (docs/device.md, "Random numbers").
 """
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from typing import Any, Iterable
 
 import torch
 
+from ..runtime import settings
 from ..runtime.extension import _C
 from .device_index import device_count
 from .device_index import index as _idx
@@ -60,3 +65,23 @@ def seed_all() -> None:
 
 def initial_seed() -> int:
     return _C._default_generator(_idx(None)).initial_seed()
+
+
+RNG_SOURCES = settings.setting("TORCHNEURON_RNG").choices  # ("cpu", "counter")
+
+
+def set_rng_source(source: str) -> None:
+    """``cpu``: random ops without a neuron generator draw from the CPU default generator (the real
+    product's rule); ``counter``: from the core's counter-based generator."""
+    if source not in RNG_SOURCES:
+        raise ValueError(f"the random-number source must be one of {', '.join(RNG_SOURCES)}, not {source!r}")
+    _C._set_counter_draws(source == "counter")
+
+
+def get_rng_source() -> str:
+    return "counter" if _C._counter_draws() else "cpu"
+
+
+def configure_rng_source() -> None:
+    """Apply ``TORCHNEURON_RNG`` (at import and from ``torch_neuronx.reconfigure``)."""
+    set_rng_source(settings.get_choice("TORCHNEURON_RNG"))

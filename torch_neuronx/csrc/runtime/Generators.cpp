@@ -2,17 +2,20 @@
 //
 // The state is the real product's: 16 bytes, seed then offset, each a
 // little-endian uint64 (TR csrc/core/NeuronHooksInterface.cpp:22-126;
-// get_rng_state has length 16). Unlike the April source, whose random ops
-// ignore this generator and draw from the CPU default one, every random op on
-// neuron draws from it (aten/native/CounterRandom.cpp), counter-based: the
-// values of a draw are a function of (seed, offset + element index) only,
-// with no hidden stream position. That is what DTensor's RNG tracker
-// (torch/distributed/tensor/_random.py) relies on: it reads the state as
-// Philox (seed, offset), places each shard's draw by setting the offset, and
-// moves every rank's offset past the whole tensor afterwards. With the CPU
-// stream, each DTensor random op would start from the same CPU state, since
-// the tracker's fork_rng restores it after the op (docs/device.md).
+// get_rng_state has length 16). As in the April source, random ops draw from
+// the CPU default generator by default and only an explicitly passed neuron
+// generator is drawn from. With TORCHNEURON_RNG=counter every random op on
+// neuron draws from its core's generator (aten/native/CounterRandom.cpp),
+// counter-based: the values of a draw are a function of (seed, offset +
+// element index) only, with no hidden stream position. That is what DTensor's
+// RNG tracker (torch/distributed/tensor/_random.py) relies on: it reads the
+// state as Philox (seed, offset), places each shard's draw by setting the
+// offset, and moves every rank's offset past the whole tensor afterwards.
+// With the CPU stream, each DTensor random op starts from the same CPU state,
+// since the tracker's fork_rng restores it after the op (docs/device.md).
 #include "runtime/Generators.h"
+
+#include <atomic>
 
 #include "runtime/Device.h"
 #include "runtime/Fork.h"
@@ -99,6 +102,20 @@ NeuronGenerator* NeuronGenerator::clone_impl() const {
   auto* copy = new NeuronGenerator(device_.index(), seed_);
   copy->offset_ = offset_;
   return copy;
+}
+
+namespace {
+
+std::atomic<bool> g_counter_draws{false};
+
+} // namespace
+
+void set_counter_draws(bool on) {
+  g_counter_draws.store(on, std::memory_order_relaxed);
+}
+
+bool counter_draws() {
+  return g_counter_draws.load(std::memory_order_relaxed);
 }
 
 namespace {

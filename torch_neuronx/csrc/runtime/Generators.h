@@ -80,6 +80,14 @@ const at::Generator& default_generator(c10::DeviceIndex index);
 at::Generator neuron_generator_for(
     const std::optional<at::Generator>& explicit_gen, c10::DeviceIndex device);
 
+// Which generator a random op on neuron draws from when no neuron generator is
+// passed (TORCHNEURON_RNG): false, the CPU default generator, as the real
+// product does (its random ops fall back to the CPU); true, the core's
+// counter-based generator, so that DTensor's sharded draws equal the
+// unsharded draw. An explicitly passed neuron generator is always drawn from.
+void set_counter_draws(bool on);
+bool counter_draws();
+
 // Offsets advance by whole groups of four counters (DTensor's tracker rounds
 // a tensor's size up to a multiple of 4 when it moves the offset past it).
 inline uint64_t round_up_4(uint64_t n) {

@@ -181,6 +181,16 @@ void run_random(FallbackCall& call) {
 }
 
 void run(FallbackCall& call) {
+  if (C10_LIKELY(!counter_draws())) {
+    // The real product's rule: random ops draw from the CPU default generator;
+    // only a neuron generator passed to the op is drawn from.
+    if (C10_UNLIKELY(call.generator_pos && call.stack[*call.generator_pos].isGenerator())) {
+      run_random(call);
+    } else {
+      run_on_cpu(call);
+    }
+    return;
+  }
   if (C10_LIKELY(!call.generator_pos)) {
     if (C10_UNLIKELY(native::is_native_dropout(call.op))) {
       HostPoolScope scope;
