@@ -36,12 +36,16 @@ def is_emulated(device: torch.device) -> bool:
 def set_core_capacity(gib: float) -> None:
     """Emulate NeuronCores with ``gib`` GiB of HBM each (a what-if for smaller cores).
 
-    The caching allocator's free segments are released first: what an earlier run in this process
-    left cached is not the what-if core's, and would count against its capacity."""
+    What an earlier run in this process left is released first (unreachable tensors, then the
+    caching allocator's free segments): it is not the what-if core's, and its segments' free room
+    would serve allocations that the smaller core could not hold."""
+    import gc
+
     import torch
 
     import torch_neuronx
 
+    gc.collect()
     torch.neuron.empty_cache()
     torch_neuronx.reconfigure(hbm_per_core=int(gib * GiB))
 
