@@ -4,6 +4,7 @@
 #   make test-fast  - the edit-test loop: one or a few files per package (tests/README.md)
 #   make test-titan - TorchTitan on neuron against CPU, minutes; not in make test (docs/torchtitan.md)
 #   make test-plan-sweep - every curated architecture planned end to end (~20 min; not in make test)
+#   make test-exhaustive - every test make test leaves out (the two above and the torchrun examples)
 # All create the virtual environment (.venv) on first use.
 PYTHON ?= python3
 VENV := .venv
@@ -22,7 +23,7 @@ export HF_DATASETS_OFFLINE := 1
 # cpp_extension looks for `ninja` on PATH; without it the build is serial.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: venv demo test test-fast test-titan test-plan-sweep bench clean
+.PHONY: venv demo test test-fast test-titan test-plan-sweep test-exhaustive bench clean
 
 # Two resolver passes, each over a different set: the build requirements, then the package.
 # `--no-build-isolation` builds against the torch installed here (an isolated build would
@@ -67,6 +68,10 @@ test-plan-sweep: $(EXT_STAMP)
 
 # The edit-test loop: the modules marked `fast` (each package once, the C++ core's own tests, the
 # docs and layering checks) without their minutes-long tests; under 3 minutes on 2 cores.
+# Every `exhaustive` test: TorchTitan's jobs (with the titan extra), the plan sweep, the torchrun examples.
+test-exhaustive: $(EXT_STAMP) $(TITAN_STAMP)
+	$(PY) -m pytest -q -m exhaustive tests
+
 test-fast: $(EXT_STAMP)
 	$(PY) -m pytest -q -m "fast and not slow" tests
 

@@ -88,7 +88,7 @@ def test_faults_end_the_job_and_name_the_rank():
                 assert "exited" in message, message
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive  # the example end to end under torchrun (20-35 s): make test-exhaustive
 def test_tp4_fsdp2_example_under_torchrun_matches_cpu(tmp_path):
     """The CI size of examples/distributed/train_tp_fsdp.py: torchrun, 8 ranks
     (TP4 x FSDP2) on the emulated trn2.48xlarge, with its CPU/gloo rerun."""

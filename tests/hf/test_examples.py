@@ -61,7 +61,7 @@ def test_inference_example_rejects_a_cache_too_short(capsys):
     assert exited.value.code == 2 and "must fit in --max-seq-len" in capsys.readouterr().err
 
 
-@pytest.mark.slow
+@pytest.mark.exhaustive  # the example end to end under torchrun (20-35 s): make test-exhaustive
 def test_sft_tp_fsdp_example(tmp_path):
     """2 x 2 = 4 ranks: the model is loaded TP x FSDP sharded, trained without
     re-sharding, packed to 2048 and padded to multiples of 128 (4 x 8 at full size)."""

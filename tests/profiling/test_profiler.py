@@ -186,7 +186,7 @@ def test_step_pictures_show_what_the_timeline_holds(tmp_path):
     spans = [e for e in json.loads(open(drawn["trace"]).read())["traceEvents"] if e.get("ph") == "X"]
     kernels = {(e["ts"] - min(s["ts"] for s in spans)) / 1e3: e["dur"] for e in spans if e.get("cat") == "kernel"}
     begin, end = drawn["busiest_window_ms"]  # starts at a kernel; holds at least the longest one's time
-    assert end - begin == 1.0 and min(abs(begin - at) for at in kernels) < 1e-6
+    assert end - begin == pytest.approx(1.0) and min(abs(begin - at) for at in kernels) < 1e-6
     assert sum(us for at, us in kernels.items() if begin <= at < end) >= max(kernels.values())
     for png in (drawn["timeline_png"], drawn["busiest_png"], drawn["summary_png"]):
         assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
