@@ -166,8 +166,8 @@ REGISTRY: dict[str, Setting] = {s.name: s for s in (
        "`off`: keep 64-bit values", "ours", "numerics/narrowing.py", choices=("off", "narrow", "strict")),
     _S("TORCHNEURON_RNG", "choice", "cpu",
        "`cpu`: random ops on neuron draw from the CPU default generator, as the real product's fall "
-       "back to the CPU; `counter`: from the core's counter-based (seed, offset) generator, so a sharded "
-       "DTensor draw equals the unsharded one ([device](device.md#random-numbers))", "ours",
+       "back to the CPU (DTensors' draw from the core's generator); `counter`: every op from the core's "
+       "counter-based (seed, offset) generator ([device](device.md#random-numbers))", "ours",
        "neuron/random.py", choices=("cpu", "counter")),
     _S("NEURON_RT_STOCHASTIC_ROUNDING_EN", "flag", False,
        "`1`: every rounding of an FP32 value to bf16/fp16/fp8 on the device (casts, kernel results, "

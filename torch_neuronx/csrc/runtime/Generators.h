@@ -64,6 +64,10 @@ class NeuronGenerator final : public c10::GeneratorImpl {
   CounterDraw claim(int64_t numel);
   // Each element's index in the whole tensor, for the next draw (DTensor).
   void set_shard_index(at::Tensor index);
+  // Inside DTensor's RNG region for a draw (a shard index is set).
+  bool drawing_a_shard() const {
+    return shard_index_.defined();
+  }
 
  private:
   NeuronGenerator* clone_impl() const override;
@@ -84,7 +88,10 @@ at::Generator neuron_generator_for(
 // passed (TORCHNEURON_RNG): false, the CPU default generator, as the real
 // product does (its random ops fall back to the CPU); true, the core's
 // counter-based generator, so that DTensor's sharded draws equal the
-// unsharded draw. An explicitly passed neuron generator is always drawn from.
+// unsharded draw. An explicitly passed neuron generator, and a draw inside
+// DTensor's RNG region, always draw from it: the region restores the CPU
+// state after each op, so CPU draws there would repeat (rejection sampling,
+// as nn.init.trunc_normal_ does, would never end).
 void set_counter_draws(bool on);
 bool counter_draws();
 

@@ -180,11 +180,21 @@ void run_random(FallbackCall& call) {
   lease.finish(drawn_elements(call));
 }
 
+// The op's core generator holds a DTensor shard index: the op runs inside
+// DTensor's RNG region (distributed/dtensor_random.py).
+bool in_dtensor_region(const FallbackCall& call) {
+  at::Generator gen = default_generator(call.state.device().value_or(current_device()));
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get<NeuronGenerator>()->drawing_a_shard();
+}
+
 void run(FallbackCall& call) {
   if (C10_LIKELY(!counter_draws())) {
     // The real product's rule: random ops draw from the CPU default generator;
-    // only a neuron generator passed to the op is drawn from.
-    if (C10_UNLIKELY(call.generator_pos && call.stack[*call.generator_pos].isGenerator())) {
+    // only a neuron generator passed to the op, or a draw inside DTensor's RNG
+    // region (runtime/Generators.h), is drawn from the neuron generator.
+    if (C10_UNLIKELY(call.generator_pos &&
+                     (call.stack[*call.generator_pos].isGenerator() || in_dtensor_region(call)))) {
       run_random(call);
     } else {
       run_on_cpu(call);
