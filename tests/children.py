@@ -170,8 +170,9 @@ def uses_lane(module: str, fixtures: Iterable[str]) -> bool:
 
 
 def queue_lane_jobs(module: str, fixtures: Iterable[str]) -> None:
-    """Queue the jobs of ``module``'s lane fixtures among ``fixtures`` (the ones its selected tests use)."""
-    for name in sorted(fixtures):
+    """Queue, in the order given, the jobs of ``module``'s lane fixtures among ``fixtures`` (the
+    ones its selected tests use)."""
+    for name in fixtures:
         if (module, name) in _lane_jobs:
             background.queue((module, name), *_lane_jobs[(module, name)])
 

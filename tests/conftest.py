@@ -135,29 +135,30 @@ def pytest_collection_finish(session):
     selected tests use: a wait, a child killed by its timeout). Not on ``--collect-only``.
 
     The lane (``children.Lane``) runs the child pytests first (the longest jobs, read last),
-    then the lane fixtures' jobs in the reverse of the order their modules run: pytest's own
-    process, once through the other modules, takes the jobs the lane has not begun and runs
-    them itself (``Lane.take``) while the lane works from the other end, so neither core
-    waits for the other until they meet."""
+    then the lane fixtures' jobs in the reverse of the order their tests first use them (modules
+    in the reverse of the order they run, and so the fixtures within one): pytest's own process,
+    once through the other modules, takes the jobs the lane has not begun and runs them itself
+    (``Lane.take``) while the lane works from the other end, so neither core waits for the
+    other until they meet."""
     if session.config.option.collectonly or _on_an_xdist_worker(session.config):
         return
-    fixtures: dict = {}  # module -> fixture names, modules in the order they run
+    fixtures: dict = {}  # module -> its fixture names in the order first used, modules in the order they run
     in_child: dict = {}  # child_process module -> its selected test ids
     for item in session.items:
         module = getattr(item, "module", None)
         if module is not None:
-            fixtures.setdefault(module, set()).update(getattr(item, "fixturenames", ()))
+            fixtures.setdefault(module, {}).update(dict.fromkeys(getattr(item, "fixturenames", ())))
             if _runs_in_a_child(item):
                 in_child.setdefault(module, []).append(item.nodeid)
     for module, nodeids in in_child.items():
         children.background.queue(_child_key(module), children.child_pytest,
                                    _child_arguments(session.config, nodeids))
     for module, names in reversed(fixtures.items()):
-        children.queue_lane_jobs(module.__name__, names)
+        children.queue_lane_jobs(module.__name__, reversed(names))
     for module, names in fixtures.items():
         start = getattr(module, "start_early", None)
         if start is not None:
-            start(names)
+            start(set(names))
 
 
 def _child_key(module) -> tuple[str, str]:

@@ -14,21 +14,7 @@ from torch.utils._pytree import tree_leaves as pytree_leaves
 
 import torch_neuronx
 
-pytestmark = pytest.mark.fast
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    """Fresh Dynamo state and metrics; the backend's static-shape switch does not leak to other tests."""
-    config = torch._dynamo.config
-    torch._dynamo.reset()
-    torch_neuronx.reset_dynamo_metrics()
-    with config.patch(
-        automatic_dynamic_shapes=config.automatic_dynamic_shapes,
-        assume_static_by_default=config.assume_static_by_default,
-    ):
-        yield
-    torch._dynamo.reset()
+pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("fresh_dynamo")]
 
 
 def _mlp() -> nn.Module:

@@ -17,7 +17,8 @@ import torch
 
 import torch_neuronx
 from torch_neuronx import accounting
-from test_compile import _fresh_dynamo  # noqa: F401  (autouse: fresh Dynamo state and metrics)
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _codes_dynamo_was_given() -> set[tuple[str, str]]:

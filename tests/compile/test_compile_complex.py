@@ -3,23 +3,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch._dynamo
 
 import torch_neuronx
 from torch_neuronx.compile.lowering import lower
 
-pytestmark = pytest.mark.skipif(not lower.available(), reason="torch-mlir not installed")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    config = torch._dynamo.config
-    torch._dynamo.reset()
-    torch_neuronx.reset_dynamo_metrics()
-    with config.patch(automatic_dynamic_shapes=config.automatic_dynamic_shapes,
-                      assume_static_by_default=config.assume_static_by_default):
-        yield
-    torch._dynamo.reset()
+pytestmark = [pytest.mark.skipif(not lower.available(), reason="torch-mlir not installed"),
+              pytest.mark.usefixtures("fresh_dynamo")]
 
 
 def _rotary(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:

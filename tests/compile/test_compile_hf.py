@@ -16,14 +16,13 @@ import torch_neuronx
 
 transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
-from test_compile import _fresh_dynamo  # noqa: E402,F401  (autouse: fresh Dynamo state and metrics)
 
 from torch_neuronx.coverage.probe import token_batch  # noqa: E402
 from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm  # noqa: E402
 
 # Each test compiles a model cold (seconds of Inductor on one core): the module runs in a child
 # pytest on the background lane, beside the other tests (tests/conftest.py).
-pytestmark = [pytest.mark.slow, pytest.mark.child_process]
+pytestmark = [pytest.mark.slow, pytest.mark.child_process, pytest.mark.usefixtures("fresh_dynamo")]
 
 VOCAB = 256
 # Tensors a compiled decode step gets anew each step (token ids, cache and token positions).

@@ -31,18 +31,10 @@ NOT_LOWERING_OP = torch.erfinv
 
 
 @pytest.fixture(autouse=True)
-def _fresh(private_neff_cache, monkeypatch):
-    config = torch._dynamo.config
-    torch._dynamo.reset()
-    torch_neuronx.reset_dynamo_metrics()
+def _fresh(fresh_dynamo, private_neff_cache, monkeypatch):
+    """Fresh Dynamo state, an empty NEFF cache, fallback execution and graph lowering at their defaults."""
     monkeypatch.delenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", raising=False)
     monkeypatch.delenv("TORCHNEURON_LOWER_GRAPHS", raising=False)  # on by default
-    with config.patch(
-        automatic_dynamic_shapes=config.automatic_dynamic_shapes,
-        assume_static_by_default=config.assume_static_by_default,
-    ):
-        yield
-    torch._dynamo.reset()
 
 
 def _mlp() -> nn.Module:
