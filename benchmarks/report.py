@@ -114,6 +114,8 @@ TARGETS = [
            1.15, "dispatch overhead"),
     Target("per-op view + in-place: neuron eager / CPU eager", ("neuron", "ops", "view_inplace_us"),
            ("cpu", "ops", "view_inplace_us"), 1.15, "dispatch overhead"),
+    Target("per-op atan2: neuron eager / CPU eager", ("neuron", "ops", "atan2_us"), ("cpu", "ops", "atan2_us"), 1.15,
+           "dispatch overhead of an op the boxed CPU fallback runs"),
     Target("peak host RSS, training: neuron eager / CPU eager", ("neuron", "train", "peak_rss_mb"),
            ("cpu", "train", "peak_rss_mb"), 1.1, "host memory the emulator adds"),
     Target("per-token latency, manual decode loop: neuron eager / CPU eager", ("neuron", "generate", "per_token_ms"),

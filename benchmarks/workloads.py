@@ -333,6 +333,7 @@ def ops(adapter, size: Size) -> dict:
         "fill_us": lambda: filled.fill_(1.0),
         "mm64_us": lambda: a @ b,
         "view_inplace_us": lambda: c.view(-1).add_(1.0),
+        "atan2_us": lambda: torch.atan2(a, b),  # no device kernel: the boxed CPU fallback runs it
     }
     metrics = {}
     for name, op in cases.items():

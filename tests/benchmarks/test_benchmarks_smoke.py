@@ -54,7 +54,7 @@ def test_smoke_suite_writes_json_and_markdown_with_complete_rows(smoke_suite):
     for backend in ("cpu", "neuron"):
         for metric in ("first_step_ms", "steady_step_ms", "peak_rss_mb"):
             assert (backend, "train", metric) in ok
-        for metric in ("add_us", "mul_us", "fill_us", "mm64_us", "view_inplace_us"):
+        for metric in ("add_us", "mul_us", "fill_us", "mm64_us", "view_inplace_us", "atan2_us"):
             assert (backend, "ops", metric) in ok
     for row in ok.values():
         assert row["n"] >= 1 and row["unit"] is not None

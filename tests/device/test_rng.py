@@ -76,6 +76,18 @@ def test_dropout_masks_follow_torch_manual_seed():
     assert 0 < int(first.eq(0).sum()) < 256
 
 
+def test_dropout_outside_dtensors_region_draws_cpus_mask():
+    # The mask comes from CPU native_dropout on the CPU default generator
+    # (TR .../neuron_dynamo_backend/utils/stablehlo_utils.py:122-134); only a DTensor's dropout
+    # draws from the neuron generator.
+    x = torch.randn(8, 32, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(9)
+    got = [F.dropout(x.to("neuron"), 0.25) for _ in range(2)]
+    torch.manual_seed(9)
+    for drawn in got:
+        assert torch.equal(drawn.cpu(), torch.native_dropout(x, 0.25, True)[0])
+
+
 def test_sdpa_dropout_follows_torch_manual_seed():
     # SDPA dropout uses the CPU generator (TR .../scaled_dot_product_attention.py:153).
     q, k, v = (torch.randn(1, 2, 8, 4).to("neuron") for _ in range(3))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch_neuronx
 from scenarios import _init, _same
 from torch.distributed import tensor as dtensor
 from torch.distributed.device_mesh import init_device_mesh
@@ -107,6 +108,26 @@ def _dropout(dev, tp):
             _same(got.to_local(), expected, "replicated dropout: the whole mask on each rank")
 
 
+def _dropout_on_the_cpu_source(dev, tp):
+    """Under the default source a DTensor's dropout still draws from the neuron generator
+    (DTensor's region restores the CPU generator after each op, so CPU draws there would
+    repeat): each call draws a new mask, and the shards make up what the counter source
+    draws whole after the same seed."""
+    x = torch.ones(4, 6, 8, device=dev)
+    torch_neuronx.set_rng_source("counter")
+    torch.manual_seed(SEED)
+    expected = [F.dropout(x, 0.5, training=True) for _ in range(2)]
+    torch_neuronx.set_rng_source("cpu")
+    for placements in ([Replicate()], [Shard(1)]):
+        torch.manual_seed(SEED)
+        sharded = dtensor.distribute_tensor(x, tp, placements)
+        got = [F.dropout(sharded, 0.5, training=True).full_tensor() for _ in range(2)]
+        what = f"dropout on {placements} under the cpu source"
+        assert not torch.equal(got[0].cpu(), got[1].cpu()), f"{what}: a repeated mask"
+        for i, (mask, want) in enumerate(zip(got, expected)):
+            _same(mask, want, f"{what}, draw {i + 1}")
+
+
 def layouts():
     rank, world, dev = _init(bind_device=True)
     assert world == 4, world
@@ -114,5 +135,6 @@ def layouts():
     _init_ops(dev, layouts_)
     _model_init(dev, two_d)
     _dropout(dev, two_d["tp"])
+    _dropout_on_the_cpu_source(dev, two_d["tp"])
     print(f"rank {rank}: DTensor random ops equal the unsharded draws", flush=True)
 

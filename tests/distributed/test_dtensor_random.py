@@ -3,9 +3,11 @@
 TP region give, on 4 ranks, meshes of 2 and 4 and every layout, exactly the
 values the same draw gives made whole on one core after the same seed, and
 leave the generator where the unsharded draws leave it: with
-``TORCHNEURON_RNG=counter``, under which random ops draw from the cores'
-counter-based generators (by default they draw from the CPU generator, as on
-the real product, and the shards of a draw do not make up the whole one)."""
+``TORCHNEURON_RNG=counter``, under which plain random ops draw from the cores'
+counter-based generators too (by default they draw from the CPU generator, as
+on the real product). Under the default source a DTensor's dropout still draws
+from the core's generator: a new mask on each call (DTensor's region restores
+the CPU generator, so CPU draws there would repeat), made up of the same shards."""
 import pytest
 
 from launch import check_all_ok, run_ranks

@@ -147,7 +147,19 @@ def test_cpu_flash_attention_counts_as_pytorch_flash_formula(trn2):
     cost = trn2.add_signature("aten::_scaled_dot_product_flash_attention_for_cpu", "sdpa",
                               (q, q, q, 0.0, True, None, None))
     assert cost.flops == 4 * b * h * s * s * d  # QK^T and AV, PyTorch's sdpa_flop_count
-    assert cost.elements == b * h * s * s  # each score's exp, on ScalarE beside the matmuls
+    # on ScalarE beside the matmuls: each score's exp, and the results (output, logsumexp) leaving PSUM
+    assert cost.elements == b * h * s * s + b * h * s * d + b * h * s
+
+
+def test_a_matmul_result_leaves_psum_through_scalar_e(trn2):
+    """Each element of a TensorE result is copied out of PSUM by a compute engine, ScalarE in a
+    compiled graph: an (M, K) @ (K, N) matmul puts M × N elements on ScalarE beside its FLOPs."""
+    from torch_neuronx.projection import job
+
+    mm = trn2.add_signature("aten::mm", "mm", (meta(256, 512), meta(512, 64)))
+    assert (mm.engine, mm.flops, mm.elements) == ("tensor", 2 * 256 * 512 * 64, 256 * 64)
+    g = job.graph_work("linear", trn2.kernels, {"mm": 3}, 0.0, trn2.device, trn2.calibration)
+    assert g.engine_seconds_at_peak == pytest.approx(3 * 256 * 64 / trn2.device.engine_elements_per_s["scalar"])
 
 
 def test_a_softmax_is_three_vector_passes_and_a_graph_charges_attentions_exp_to_scalar_e(trn2):
@@ -161,7 +173,8 @@ def test_a_softmax_is_three_vector_passes_and_a_graph_charges_attentions_exp_to_
     q = meta(1, 2, 128, 64)
     trn2.add_signature("aten::_scaled_dot_product_flash_attention_for_cpu", "sdpa", (q, q, q, 0.0, True, None, None))
     g = job.graph_work("attention", trn2.kernels, {"sdpa": 1}, 0.0, trn2.device, trn2.calibration)
-    assert g.engine_seconds_at_peak == pytest.approx(2 * 128 * 128 / trn2.device.engine_elements_per_s["scalar"])
+    scalar = 2 * 128 * 128 + 2 * 128 * 64 + 2 * 128  # the scores' exp; output and logsumexp out of PSUM
+    assert g.engine_seconds_at_peak == pytest.approx(scalar / trn2.device.engine_elements_per_s["scalar"])
 
 
 # --- the add_signature / summary contract ----------------------------------------------------
@@ -377,7 +390,8 @@ def test_collectives_follow_the_ring_bytes_and_halving_doubling_steps(kind, fact
     proj = P.Projector("trn2.48xlarge", calibration=P.defaults())
     nbytes, r = 256 << 20, 16
     rec = P.CollectiveRecord(kind, nbytes, r, "neuronlink")
-    bw = chip_figure("trn2", "neuronlink_bytes_per_s") * DEFAULTS["efficiency"]["link"]
+    # one ring crosses each chip boundary over one of the chip's four NeuronLink-v3 links
+    bw = chip_figure("trn2", "neuronlink_bytes_per_s") / 4 * DEFAULTS["efficiency"]["link"]
     expected = steps(r) * DEFAULTS["link_latency_seconds"]["neuronlink"] + factor(r) * nbytes / bw
     assert P.collective_seconds(rec, proj.device, proj.calibration) == pytest.approx(expected, rel=1e-12)
     assert P.collective_seconds(P.CollectiveRecord(kind, nbytes, 1, "chip"), proj.device, proj.calibration) == 0

@@ -53,7 +53,7 @@ class DeviceModel:
     engine_elements_per_s: dict[str, float]  # vector, scalar, gpsimd: data-path width × clock
     hbm_bytes_per_s: float  # this core's share of the chip's HBM bandwidth
     dma_bytes_per_s: float  # this core's share of the chip's DMA bandwidth
-    link_bytes_per_s: dict[str, float | None]  # chip (core to core), neuronlink, efa
+    link_bytes_per_s: dict[str, float | None]  # chip (core to core), neuronlink (one link of the chip's), efa
     sbuf_bytes: int = 0  # on-chip state buffer (SBUF) of the logical core: what a graph can keep on chip
 
     @property
@@ -98,7 +98,8 @@ def device_model(instance: str | InstanceProfile | None = None, lnc: int | None 
         dma_bytes_per_s=_value(chip["dma_bytes_per_s"]) * share,
         link_bytes_per_s={
             "chip": _value(chip["core_to_core_bytes_per_s"]) * share,
-            "neuronlink": _value(chip["neuronlink_bytes_per_s"]),
+            # a ring over the chips crosses each chip boundary over one of the chip's links
+            "neuronlink": _value(chip["neuronlink_bytes_per_s"]) / _value(chip["neuronlink_links"]),
             "efa": _value(entry["efa_bytes_per_s"]),
         },
         sbuf_bytes=int(_value(target["nki"]["partitions"]) * _value(target["nki"]["sbuf_bytes_per_partition"])) * lnc,

@@ -8,7 +8,8 @@ imported: it pulls in Inductor, about 4 s, too slow for the eager path. What
 this module adds is Trainium's engine split. The op → engine mapping (docs/projection.md):
 
 - TensorE: every op with a PyTorch FLOP formula (matmuls, convolutions,
-  attention), at the rate of its operands' dtype;
+  attention), at the rate of its operands' dtype; its result lands in PSUM and leaves it through
+  ScalarE (below);
 - ScalarE: transcendentals and activation functions (``SCALAR_OPS``);
 - VectorE and ScalarE together: a softmax (``SOFTMAX_OPS``) is three VectorE passes over its input
   (the row max, the row sum, the division) around ScalarE's ``exp``, which takes the max as its
@@ -22,9 +23,13 @@ this module adds is Trainium's engine split. The op → engine mapping (docs/pro
 
 VectorE, ScalarE and GpSimd stream 128 elements per engine cycle (trn2 and trn3 VectorE: 256), the
 NKI architecture guides' data-path widths (``hardware.json``); a VectorE op reading two full-size
-tensors takes two cycles per element ("roughly 2N cycles"). A fused attention kernel runs on
-TensorE and exponentiates every score on ScalarE beside its matmuls (its ``elements``: one ``exp``
-per score, recomputed in the backward), which a compiled graph charges to ScalarE.
+tensors takes two cycles per element ("roughly 2N cycles"). A TensorE op's ``elements`` are the
+ScalarE work beside it, which a compiled graph charges to ScalarE: every result element leaves
+PSUM through a compute engine ("nl.matmul writes its result to PSUM; nl.copy brings it to SBUF",
+``nki.language.copy``), and the compiler evacuates with ScalarE's ``activation``, which applies a
+following scale, bias or activation on the way; a fused attention kernel also exponentiates every
+score there (one ``exp`` per score, recomputed in the backward; the exp reads the scores from PSUM,
+which is their evacuation).
 
 What a compiled graph makes of a copy (``COPY_OPS``) is decided here too, once
 (:func:`in_graph`): a graph has values, not buffers, so a copy that keeps its dtype
@@ -206,7 +211,8 @@ class KernelCost:
     engine: str
     flops: int  # TensorE FLOPs by PyTorch's formula; 0 on other engines
     elements: int  # element operations on VectorE/ScalarE/GpSimd (a two-input VectorE op counts its elements
-    # twice, a softmax three times); on TensorE, the scores a fused attention kernel exponentiates on ScalarE
+    # twice, a softmax three times); on TensorE, the ScalarE elements beside it: its results leaving PSUM,
+    # and the scores a fused attention kernel exponentiates
     bytes: int  # inputs read + outputs written (HBM traffic without on-chip reuse)
     compute_seconds: float
     memory_seconds: float
@@ -279,7 +285,7 @@ def work(fn, args: tuple, kwargs: dict, out, outputs_known: bool = True) -> tupl
             if outputs_known:
                 raise
             flops = 0
-        return engine, flops, _attention_scores(fn, inputs), nbytes
+        return engine, flops, _attention_scores(fn, inputs) + sum(prod(t.shape) for t in outputs), nbytes
     elements = max((prod(t.shape) for t in inputs + outputs), default=0)
     if engine == "vector" and sum(prod(t.shape) == elements for t in inputs) >= 2:
         elements *= 2  # two full-size input tiles: "roughly 2N cycles" (NKI architecture guide, VectorE)

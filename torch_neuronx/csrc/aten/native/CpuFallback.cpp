@@ -164,9 +164,9 @@ int64_t drawn_elements(const FallbackCall& call) {
 // seeded from it (GeneratorLease.h). A CPU generator passed explicitly goes
 // to the CPU kernel unchanged.
 void run_random(FallbackCall& call) {
-  auto& slot = call.stack[*call.generator_pos];
-  const at::Generator gen = slot.isGenerator()
-      ? slot.toGenerator()
+  c10::IValue* slot = call.generator_pos ? &call.stack[*call.generator_pos] : nullptr;
+  const at::Generator gen = slot && slot->isGenerator()
+      ? slot->toGenerator()
       : default_generator(call.state.device().value_or(current_device()));
   {
     HostPoolScope scope;
@@ -174,8 +174,12 @@ void run_random(FallbackCall& call) {
       return;
     }
   }
+  if (!slot) { // native_dropout that draws nothing (evaluation, empty input)
+    run_on_cpu(call);
+    return;
+  }
   GeneratorLease lease;
-  slot = c10::IValue(lease.lend(gen));
+  *slot = c10::IValue(lease.lend(gen));
   run_on_cpu(call);
   lease.finish(drawn_elements(call));
 }
@@ -188,31 +192,25 @@ bool in_dtensor_region(const FallbackCall& call) {
   return gen.get<NeuronGenerator>()->drawing_a_shard();
 }
 
+// Which generator a random op (a generator argument, or native_dropout, which
+// draws without one) draws from. The real product's rule, the default source:
+// the CPU default generator. The neuron generator under the counter source,
+// when passed to the op, or inside DTensor's RNG region, which restores the CPU
+// generator after each op, so CPU draws there would repeat.
+bool draws_from_neuron(const FallbackCall& call) {
+  if (C10_LIKELY(!call.generator_pos && !native::is_native_dropout(call.op))) {
+    return false;
+  }
+  return counter_draws() || (call.generator_pos && call.stack[*call.generator_pos].isGenerator()) ||
+      in_dtensor_region(call);
+}
+
 void run(FallbackCall& call) {
-  if (C10_LIKELY(!counter_draws())) {
-    // The real product's rule: random ops draw from the CPU default generator;
-    // only a neuron generator passed to the op, or a draw inside DTensor's RNG
-    // region (runtime/Generators.h), is drawn from the neuron generator.
-    if (C10_UNLIKELY(call.generator_pos &&
-                     (call.stack[*call.generator_pos].isGenerator() || in_dtensor_region(call)))) {
-      run_random(call);
-    } else {
-      run_on_cpu(call);
-    }
-    return;
-  }
-  if (C10_LIKELY(!call.generator_pos)) {
-    if (C10_UNLIKELY(native::is_native_dropout(call.op))) {
-      HostPoolScope scope;
-      if (native::run_counter_random(call.op, call.stack, call.begin,
-                                     default_generator(call.state.device().value_or(current_device())))) {
-        return;
-      }
-    }
+  if (C10_UNLIKELY(draws_from_neuron(call))) {
+    run_random(call);
+  } else {
     run_on_cpu(call);
-    return;
   }
-  run_random(call);
 }
 
 // Results (on top of the stack now) back to the device.
