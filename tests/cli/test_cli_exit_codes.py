@@ -1,6 +1,8 @@
 """Every ``torchneuron`` exit goes through one map (runtime/exit_codes.py), and a bad flag of
 any subcommand is the user's error: one line on stderr, exit 2, nothing run or written."""
+import os
 import signal
+import time
 
 import pytest
 
@@ -17,6 +19,24 @@ def test_the_map_keeps_the_documented_codes():
         "SUCCESS": 0, "FAILURE": 1, "USER_ERROR": 2, "INTERNAL_ERROR": 3, "INTERRUPTED": 130, "TERMINATED": 143}
     assert interrupted_by(signal.SIGINT) is ExitCode.INTERRUPTED
     assert interrupted_by(signal.SIGTERM) is ExitCode.TERMINATED
+
+
+def test_a_sigterm_something_swallowed_still_ends_the_block():
+    """The handler runs wherever the main thread is; what a broad ``except`` (or a finalizer)
+    swallows there is raised again when the block ends, so the command still stops with 143."""
+    from torch_neuronx.runtime.interrupts import Terminated, interrupt_signal, sigterm_as_interrupt
+
+    finished, before = False, signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated) as caught:
+        with sigterm_as_interrupt():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(1)  # the handler runs here and its exception is swallowed below
+            except BaseException:
+                pass
+            finished = True
+    assert finished and interrupt_signal(caught.value) == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) == before  # the previous handler is back
 
 
 def test_both_kinds_of_user_error_are_one_type():

@@ -13,26 +13,42 @@ class Terminated(KeyboardInterrupt):
 
     signum = signal.SIGTERM
 
+    def __init__(self, pending: list[int] | None = None):
+        super().__init__()
+        self.pending = pending  # the block's record of it, cleared once it is reported
+
 
 @contextlib.contextmanager
 def sigterm_as_interrupt():
-    """Turn SIGTERM into :class:`Terminated` for the duration of the block."""
+    """Turn SIGTERM into :class:`Terminated` for the duration of the block.
+
+    Python runs the handler wherever the main thread is, a finalizer or a library's broad
+    ``except`` among those places, which swallow what it raises. A SIGTERM that arrived and was
+    not reported (:func:`interrupt_signal`) is therefore raised again when the block ends, so it
+    is never lost."""
     if threading.current_thread() is not threading.main_thread():  # handlers live in the main thread only
         yield
         return
+    pending: list[int] = []
 
-    def raise_terminated(_signum, _frame):
-        raise Terminated()
+    def raise_terminated(signum, _frame):
+        pending.append(signum)
+        raise Terminated(pending)
 
     previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if pending:
+        raise Terminated()
 
 
 def interrupt_signal(exc: KeyboardInterrupt) -> signal.Signals:
-    """The signal behind an interrupt: SIGTERM for :class:`Terminated`, else SIGINT."""
+    """The signal behind an interrupt: SIGTERM for :class:`Terminated`, else SIGINT. A command
+    asks this to report the interrupt, so the interrupt counts as reported from then on."""
+    if getattr(exc, "pending", None):
+        exc.pending.clear()
     return signal.Signals(getattr(exc, "signum", signal.SIGINT))
 
 
