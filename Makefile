@@ -3,7 +3,7 @@
 #   make test       - the test suite (what CI runs: .ci/run)
 #   make test-fast  - the edit-test loop: one or a few files per package (tests/README.md)
 #   make test-titan - TorchTitan on neuron against CPU, minutes; not in make test (docs/torchtitan.md)
-#   make test-plan-sweep - every curated architecture planned end to end (~20 min; not in make test)
+#   make test-plan-sweep - every curated architecture planned end to end (~6 min; not in make test)
 #   make test-exhaustive - every test make test leaves out (the two above and the torchrun examples)
 # All create the virtual environment (.venv) on first use.
 PYTHON ?= python3

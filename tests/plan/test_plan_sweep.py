@@ -5,7 +5,7 @@ so TP 8 and up pads them).
 The fast test takes the shape path of every combination: the job and layout checks, the exact
 per-rank parameter count under the TP plan (Transformers' or the derived one), and the rank's
 own model built from its per-rank config on the meta device (or the whole-model fallback the
-trace takes when an architecture cannot be shrunk). The exhaustive test (about 20 minutes;
+trace takes when an architecture cannot be shrunk). The exhaustive test (about 6 minutes;
 ``make test-plan-sweep``, outside ``make test``) traces and projects every combination end to end."""
 from __future__ import annotations
 
