@@ -108,8 +108,8 @@ def project_graph(name: str, gm: torch.nn.Module, example_inputs, device: Device
     flops_by_op: Counter[str] = Counter()
     for k in kernels:
         engine_seconds[k.engine] += k.compute_seconds
-        if k.engine == "tensor":  # its results leaving PSUM (and a fused attention's exp) on ScalarE
-            engine_seconds["scalar"] += k.elements / (device.engine_elements_per_s["scalar"] * cal.efficiency["scalar"])
+        if k.scalar_seconds:  # a TensorE op's results leaving PSUM (and a fused attention's exp)
+            engine_seconds["scalar"] += k.scalar_seconds
         if k.flops:
             flops_by_op[k.op] += k.flops
     graph = graph_work(name, dict(enumerate(kernels)), {i: 1 for i, c in enumerate(converts) if not c}, io_bytes,

@@ -202,8 +202,7 @@ def graph_work(name: str, kernels: Mapping[str, KernelCost], calls: Mapping[str,
                 spilled += cost.bytes * n * share
             if cost.engine == "tensor":
                 tensor += cost.compute_seconds * cal.efficiency["tensor"] * n
-                # its results leaving PSUM and a fused attention's exp (``kernel`` module docstring)
-                engines["scalar"] += cost.elements / device.engine_elements_per_s["scalar"] * n
+                engines["scalar"] += cost.scalar_seconds * cal.efficiency["scalar"] * n
             elif cost.engine in engines:
                 engines[cost.engine] += cost.compute_seconds * cal.efficiency[cost.engine] * n * share
     combined = max(engines.values()) if cal.graph_engine_overlap else sum(engines.values())

@@ -220,6 +220,7 @@ class KernelCost:
     first_shape: tuple[int, ...] = ()  # the first tensor argument's shape (the plan's sequence-parallel split)
     largest_bytes: int = 0  # its largest input or output: whether a compiled graph can keep it on chip (SBUF)
     graph_identity: bool = False  # a copy that keeps its dtype: nothing in a compiled graph (``in_graph``)
+    scalar_seconds: float = 0.0  # on TensorE: its ``elements`` on ScalarE beside it, which a compiled graph charges
 
     @property
     def seconds(self) -> float:
@@ -302,9 +303,11 @@ def roofline(op: str, engine: str, flops: int, elements: int, nbytes: int, rate_
     engine = override.get("engine", engine)
     if engine == "none":
         return KernelCost(op, engine, 0, 0, 0, 0.0, 0.0, outputs_known)
+    scalar = 0.0
     if engine == "tensor":
         eff = override.get("efficiency", cal.efficiency["tensor"])
         compute = flops / (_tensor_rate(device, rate_inputs) * eff) if flops else 0.0
+        scalar = elements / (device.engine_elements_per_s["scalar"] * cal.efficiency["scalar"])
     elif engine == "dma":
         compute = 0.0
     else:
@@ -315,7 +318,8 @@ def roofline(op: str, engine: str, flops: int, elements: int, nbytes: int, rate_
                         device.hbm_bytes_per_s * cal.efficiency["hbm"])
     else:
         bandwidth = device.hbm_bytes_per_s * cal.efficiency["hbm"]
-    return KernelCost(op, engine, flops, elements, nbytes, compute, nbytes / bandwidth, outputs_known)
+    return KernelCost(op, engine, flops, elements, nbytes, compute, nbytes / bandwidth, outputs_known,
+                      scalar_seconds=scalar)
 
 
 def project_call(op: str, args: tuple, device: DeviceModel, cal: Calibration) -> KernelCost:
