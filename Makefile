@@ -73,12 +73,12 @@ test-titan: bytecode $(TITAN_STAMP)
 test-plan-sweep: bytecode
 	$(PY) -m pytest -q -m exhaustive tests/plan/test_plan_sweep.py
 
-# The edit-test loop: the modules marked `fast` (each package once, the C++ core's own tests, the
-# docs and layering checks) without their minutes-long tests; under 3 minutes on 2 cores.
 # Every `exhaustive` test: TorchTitan's jobs (with the titan extra), the plan sweep, the torchrun examples.
 test-exhaustive: bytecode $(TITAN_STAMP)
 	$(PY) -m pytest -q -m exhaustive tests
 
+# The edit-test loop: the modules marked `fast` (each package once, the C++ core's own tests, the
+# docs and layering checks) without their minutes-long tests; under 3 minutes on 2 cores.
 test-fast: bytecode
 	$(PY) -m pytest -q -m "fast and not slow" tests
 
