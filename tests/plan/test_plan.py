@@ -14,6 +14,7 @@ from torch_neuronx.cli.main import main
 from torch_neuronx.plan import Layout, Planner, load_config, per_rank_parameters
 from torch_neuronx.plan.sharding import meta_model
 from torch_neuronx.plan.tp_plan import sharding_of
+from torch_neuronx.plan.trace import trace
 from torch_neuronx.testing.tiny_models import tiny_config
 
 pytestmark = pytest.mark.fast
@@ -84,6 +85,23 @@ def test_tiny_activation_peak_grows_with_batch_and_checkpointing_saves(tmp_path)
     one, two = (planner.memory(Layout(1, 1, b, False, 2, 1)) for b in (1, 2))
     assert two.bytes["activations_peak"] > one.bytes["activations_peak"] > 0
     assert one.other_checkpointing["activations_peak_with_checkpointing"] < one.bytes["activations_peak"]
+
+
+def test_a_second_plan_of_the_same_model_reuses_the_trace_and_another_instance_traces_again(tmp_path, monkeypatch):
+    """A trace is a pure function of the config, the rank's work and the projector: a second
+    ``Planner`` of the same model finds it (and gives the same figures); another instance, whose
+    projector differs, traces its own."""
+    from torch_neuronx.plan import context
+
+    traced = []
+    monkeypatch.setattr(context, "trace", lambda *args: traced.append(args[1]) or trace(*args))
+    path, layout = str(_tiny_config_file(tmp_path, num_attention_heads=2)), Layout(1, 1, 3, False, 2, 1)
+    first = Planner(path, "trn2.3xlarge", 48).plan(layout).to_dict()
+    once = list(traced)
+    assert once
+    assert Planner(path, "trn2.3xlarge", 48).plan(layout).to_dict() == first and traced == once
+    Planner(path, "trn1.2xlarge", 48).plan(Layout(1, 1, 3, False, 1, 1))
+    assert traced == once + once
 
 
 @pytest.mark.slow

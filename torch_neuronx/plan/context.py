@@ -3,6 +3,11 @@ pieces computed once and cached (exact parameter counts, the traces, the project
 
 The memory, collective, work, timing and search modules each take a ``PlanContext`` and a
 ``Layout`` and return a typed result; none keeps state of its own.
+
+Traces and projectors are also shared between the plans of one process: a trace is a pure
+function of the model's config, the rank's workload and the projector, and it is the seconds of
+a plan (a model built and run on fake tensors), so planning the same model again (another
+instance count, batch or output length, a notebook re-running a cell) reuses it.
 """
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import functools
 import torch
 
 from ..numerics import fp8_linear
-from ..projection import Projector, defaults, link_for_ranks
+from ..projection import Calibration, Projector, defaults, link_for_ranks
 from ..projection import job as projection_job
 from ..runtime.profiles import get_profile
 from .heads import HeadLayout, config_heads
@@ -67,7 +72,7 @@ class PlanContext:
 
     def projector(self, lnc: int) -> Projector:
         if lnc not in self._projectors:
-            self._projectors[lnc] = Projector(self.profile.name, lnc, self.factors.calibration(defaults()))
+            self._projectors[lnc] = _shared_projector(self.profile.name, lnc, self.factors.calibration(defaults()))
         return self._projectors[lnc]
 
     @functools.lru_cache(maxsize=None)
@@ -85,7 +90,7 @@ class PlanContext:
                         heads=self.heads(tp), rank_parameters=self.parameters(tp, 1).layer_unsharded,
                 attention="sdpa" if self.job.fused_attention else "eager",
                 fp8=fp8_linear.formats(self.profile.family) if self.job.fp8_matmuls else None)
-        return trace(self.config, work, self.projector(lnc))
+        return _shared_trace(self.config, work, self.projector(lnc))
 
     # --- shapes every part needs -------------------------------------------------------------
     def stage_parameters(self, layout: Layout) -> float:
@@ -114,3 +119,27 @@ class PlanContext:
 
     def link(self, ranks, layout: Layout) -> str:
         return link_for_ranks(list(ranks), self.cores_per_instance(layout.lnc), self.projector(layout.lnc).device)
+
+
+# Projectors by (instance, LNC, calibration): a kernel signature is projected once per process for
+# them. Traces by (config, workload, projector), the most recent ones: a trace records its kernels'
+# costs in its projector, so a trace is shared only with the plans that share the projector.
+_PROJECTORS: dict[tuple[str, int, str], Projector] = {}
+_TRACES: dict[tuple, TraceResult] = {}
+_TRACES_KEPT = 256
+
+
+def _shared_projector(instance: str, lnc: int, calibration: Calibration) -> Projector:
+    key = (instance, lnc, repr(calibration))
+    if key not in _PROJECTORS:
+        _PROJECTORS[key] = Projector(instance, lnc, calibration)
+    return _PROJECTORS[key]
+
+
+def _shared_trace(config, work: Workload, projector: Projector) -> TraceResult:
+    key = (type(config).__name__, config.to_json_string(use_diff=False), work, projector)
+    if key not in _TRACES:
+        if len(_TRACES) >= _TRACES_KEPT:
+            del _TRACES[next(iter(_TRACES))]
+        _TRACES[key] = trace(config, work, projector)
+    return _TRACES[key]
