@@ -122,8 +122,9 @@ class PlanContext:
 
 
 # Projectors by (instance, LNC, calibration): a kernel signature is projected once per process for
-# them. Traces by (config, workload, projector), the most recent ones: a trace records its kernels'
-# costs in its projector, so a trace is shared only with the plans that share the projector.
+# them. Traces by (config, workload, projector), the last ones made (the oldest is dropped first): a
+# trace records its kernels' costs in its projector, so it is shared only with the plans that share
+# the projector.
 _PROJECTORS: dict[tuple[str, int, str], Projector] = {}
 _TRACES: dict[tuple, TraceResult] = {}
 _TRACES_KEPT = 256
