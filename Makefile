@@ -1,10 +1,11 @@
 # Set-up commands for a fresh machine (see README, "Set-up"):
 #   make demo       - the main job: the migration pilot on the built-in default model
-#   make test       - the test suite (what CI runs: .ci/run)
+#   make test       - the test suite but its cold compiles of whole models (CI runs both: .ci/run)
+#   make test-compiled-models - whole Hugging Face models compiled cold end to end (~3 min)
 #   make test-fast  - the edit-test loop: one or a few files per package (tests/README.md)
 #   make test-titan - TorchTitan on neuron against CPU, minutes; not in make test (docs/torchtitan.md)
 #   make test-plan-sweep - every curated architecture planned end to end (~6 min; not in make test)
-#   make test-exhaustive - every test make test leaves out (the two above and the torchrun examples)
+#   make test-exhaustive - every test make test leaves out (the three above and the torchrun examples)
 # All create the virtual environment (.venv) on first use.
 PYTHON ?= python3
 VENV := .venv
@@ -23,7 +24,7 @@ export HF_DATASETS_OFFLINE := 1
 # cpp_extension looks for `ninja` on PATH; without it the build is serial.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: venv bytecode demo test test-fast test-titan test-plan-sweep test-exhaustive bench clean
+.PHONY: venv bytecode demo test test-compiled-models test-fast test-titan test-plan-sweep test-exhaustive bench clean
 
 # Two resolver passes, each over a different set: the build requirements, then the package.
 # `--no-build-isolation` builds against the torch installed here (an isolated build would
@@ -63,7 +64,12 @@ demo: bytecode
 # XDIST=1: the same suite on pytest-xdist's workers (-n auto --dist loadfile) instead of pytest's
 # process plus the background lane (tests/README.md compares the two).
 test: bytecode
-	$(PY) -m pytest -q -m "not exhaustive" $(if $(XDIST),-n auto --dist loadfile) tests
+	$(PY) -m pytest -q -m "not exhaustive and not compiled_models" $(if $(XDIST),-n auto --dist loadfile) tests
+
+# Whole Hugging Face models compiled cold (the HF compile tests, the compiled coverage columns, the
+# benchmarks' cold and warm compiled rounds): a minute or more each, so make test leaves them here.
+test-compiled-models: bytecode
+	$(PY) -m pytest -q -m compiled_models tests
 
 # TorchTitan on neuron against CPU (docs/torchtitan.md): every layout, compile, checkpoint, bad input.
 test-titan: bytecode $(TITAN_STAMP)
@@ -73,9 +79,10 @@ test-titan: bytecode $(TITAN_STAMP)
 test-plan-sweep: bytecode
 	$(PY) -m pytest -q -m exhaustive tests/plan/test_plan_sweep.py
 
-# Every `exhaustive` test: TorchTitan's jobs (with the titan extra), the plan sweep, the torchrun examples.
+# Every test make test leaves out: the `exhaustive` ones (TorchTitan's jobs, with the titan extra;
+# the plan sweep; the torchrun examples) and the whole models compiled cold.
 test-exhaustive: bytecode $(TITAN_STAMP)
-	$(PY) -m pytest -q -m exhaustive tests
+	$(PY) -m pytest -q -m "exhaustive or compiled_models" tests
 
 # The edit-test loop: the modules marked `fast` (each package once, the C++ core's own tests, the
 # docs and layering checks) without their minutes-long tests; under 3 minutes on 2 cores.

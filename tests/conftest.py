@@ -113,10 +113,12 @@ def _waits_for_the_lane(item) -> bool:
     return children.uses_lane(item.module.__name__, item.fixturenames) if hasattr(item, "module") else False
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     """The modules whose tests take background-lane outcomes after the others, and
     ``child_process`` modules last: pytest's own process would otherwise stand idle in a
-    fixture's set-up waiting for a lane job it reached too early (up to 30 s each)."""
+    fixture's set-up waiting for a lane job it reached too early (up to 30 s each). Last of the
+    hooks, so that a test ``-m`` deselects puts no module late."""
     if _on_an_xdist_worker(config):
         return
     by_module: dict = {}  # module -> does any of its selected tests wait for the lane

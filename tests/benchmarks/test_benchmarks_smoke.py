@@ -116,6 +116,7 @@ warm_suite = children.lane_fixture("warm_suite", _warm_suite, folder_prefix="tor
 
 
 @pytest.mark.slow
+@pytest.mark.compiled_models
 def test_warm_processes_compile_nothing_their_cold_process_compiled(warm_suite):
     """Round one compiles into its cache directories; round two, warm, finds every graph there
     (Inductor's own hit and miss counters, not the runner's label), and every NEFF."""
@@ -210,6 +211,7 @@ def test_one_process_rows_pool_each_processs_ratio_over_processes():
 
 
 @pytest.mark.slow
+@pytest.mark.compiled_models
 def test_compiled_in_process_workload_reports_the_training_step_and_decode_of_both_backends(warm_suite):
     """The suite's ``compiled_in_process`` cell, in a cold process and in a warm one (its graphs
     from the cache): CPU Inductor and neuron compiled in one process, the same losses and tokens on

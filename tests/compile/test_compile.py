@@ -14,7 +14,8 @@ from torch.utils._pytree import tree_leaves as pytree_leaves
 
 import torch_neuronx
 
-pytestmark = [pytest.mark.fast, pytest.mark.usefixtures("fresh_dynamo")]
+# Seconds of cold compiles needing nothing from other tests: in a child pytest on the background lane.
+pytestmark = [pytest.mark.fast, pytest.mark.child_process, pytest.mark.usefixtures("fresh_dynamo")]
 
 
 def _mlp() -> nn.Module:

@@ -21,8 +21,10 @@ from torch_neuronx.coverage.probe import token_batch  # noqa: E402
 from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm  # noqa: E402
 
 # Each test compiles a model cold (seconds of Inductor on one core): the module runs in a child
-# pytest on the background lane, beside the other tests (tests/conftest.py).
-pytestmark = [pytest.mark.slow, pytest.mark.child_process, pytest.mark.usefixtures("fresh_dynamo")]
+# pytest on the background lane, beside the other tests (tests/conftest.py), in
+# make test-compiled-models.
+pytestmark = [pytest.mark.slow, pytest.mark.compiled_models, pytest.mark.child_process,
+              pytest.mark.usefixtures("fresh_dynamo")]
 
 VOCAB = 256
 # Tensors a compiled decode step gets anew each step (token ids, cache and token positions).

@@ -295,6 +295,7 @@ compiled_llama = children.lane_fixture("compiled_llama", _compiled_llama, folder
 
 
 @pytest.mark.slow
+@pytest.mark.compiled_models
 def test_compiled_columns_of_a_tiny_llama_match_the_cpu(compiled_llama):
     code, stderr, out = compiled_llama
     report = json.loads((out / "coverage.json").read_text())

@@ -28,6 +28,10 @@ from torch_neuronx.pilot.report import validate_report
 from torch_neuronx.pilot.steps import cost, numerics
 from torch_neuronx.testing.tiny_models import TinySize, byte_tokenizer, tiny_causal_lm
 
+# Seconds of pilots and interrupted child processes needing nothing from other tests: in a child
+# pytest on the background lane.
+pytestmark = pytest.mark.child_process
+
 REPO = Path(__file__).resolve().parents[2]
 MINIMAL = ["--batch-size", "1", "--seq-lens", "8", "--gen-tokens", "2", "--iters", "2", "--train-steps", "0"]
 

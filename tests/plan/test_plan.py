@@ -17,7 +17,8 @@ from torch_neuronx.plan.tp_plan import sharding_of
 from torch_neuronx.plan.trace import trace
 from torch_neuronx.testing.tiny_models import tiny_config
 
-pytestmark = pytest.mark.fast
+# Seconds of traces needing nothing from other tests: in a child pytest on the background lane.
+pytestmark = [pytest.mark.fast, pytest.mark.child_process]
 
 GiB = 2**30
 

@@ -22,6 +22,9 @@ from torch_neuronx.projection.serving import InferenceWork, inference_time
 from torch_neuronx.runtime.errors import UsageError
 from torch_neuronx.testing.tiny_models import tiny_config
 
+# Seconds of traces needing nothing from other tests: in a child pytest on the background lane.
+pytestmark = pytest.mark.child_process
+
 # round numbers so every expected figure below can be worked out by hand
 F = Factors(tensor_efficiency=0.5, hbm_efficiency=0.5, link_efficiency=0.5, launch_seconds=0.1,
             collective_step_seconds=0.01, efa_efficiency=0.25, engine_efficiency=0.5, engine_overlap=1.0,

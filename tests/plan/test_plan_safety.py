@@ -19,6 +19,10 @@ from torch_neuronx.plan.render import json_text
 from torch_neuronx.projection import Projector
 from torch_neuronx.testing.tiny_models import tiny_config
 
+# Seconds of plans and interrupted child processes needing nothing from other tests: in a child
+# pytest on the background lane.
+pytestmark = pytest.mark.child_process
+
 TINY = ["--instance", "trn2.3xlarge", "--seq-len", "32"]
 
 

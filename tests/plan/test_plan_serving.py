@@ -15,6 +15,9 @@ from torch_neuronx.plan.work import serving_work
 from torch_neuronx.projection.serving import EncoderWork
 from torch_neuronx.testing.tiny_models import tiny_config
 
+# Seconds of traces needing nothing from other tests: in a child pytest on the background lane.
+pytestmark = pytest.mark.child_process
+
 
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory):

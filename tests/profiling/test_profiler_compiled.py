@@ -13,8 +13,9 @@ from profiler_checks import check_profile, profile_step
 from torch_neuronx.coverage.probe import token_batch
 from torch_neuronx.testing.tiny_models import TinySize, tiny_causal_lm
 
-# A compile (cold when run alone): in a child pytest on the background lane (tests/conftest.py).
-pytestmark = [pytest.mark.slow, pytest.mark.child_process]
+# A whole model compiled (cold when run alone): in make test-compiled-models, in a child pytest on
+# the background lane (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.compiled_models, pytest.mark.child_process]
 
 
 def test_compiled_training_step_has_one_projected_device_event_per_graph_run(tmp_path):

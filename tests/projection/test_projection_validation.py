@@ -17,6 +17,9 @@ from torch_neuronx.plan.work import training_work
 from torch_neuronx.projection import fit, published
 from torch_neuronx.projection.job import FACTORS_FILE, fitted_factors
 
+# Seconds of fits and traces needing nothing from other tests: in a child pytest on the background lane.
+pytestmark = pytest.mark.child_process
+
 DOC = Path(__file__).resolve().parents[2] / "docs" / "projection.md"
 
 
