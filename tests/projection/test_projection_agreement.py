@@ -33,7 +33,9 @@ def _tiny_llama():
 @pytest.fixture
 def job(tmp_path):
     """One training step (forward + backward) of a tiny Llama on the neuron device, with an
-    empty NEFF cache (a first run), read by every consumer of the projection."""
+    empty NEFF cache (a first run), read by every consumer of the projection. Both resets: the
+    projection's compile seconds count the graphs compiled since ``reset_dynamo_metrics()``, and
+    a test before this one may have compiled some."""
     from benchmarks.adapters import _Projecting
 
     cfg, model = _tiny_llama()
@@ -41,6 +43,7 @@ def job(tmp_path):
     ids = torch.randint(0, cfg.vocab_size, (2, 16)).to("neuron")
     use_neff_cache(tmp_path / "neff")
     torch_neuronx.reset_metrics()
+    torch_neuronx.reset_dynamo_metrics()
     try:
         bench = _Projecting()
         bench_mark, pilot_mark = bench.projection_mark(), projected.mark()
