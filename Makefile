@@ -66,8 +66,9 @@ demo: bytecode
 test: bytecode
 	$(PY) -m pytest -q -m "not exhaustive and not compiled_models" $(if $(XDIST),-n auto --dist loadfile) tests
 
-# Whole Hugging Face models compiled cold (the HF compile tests, the compiled coverage columns, the
-# benchmarks' cold and warm compiled rounds): a minute or more each, so make test leaves them here.
+# Whole Hugging Face models compiled cold (the HF compile tests, the compiled profiler step, the
+# compiled coverage columns, the benchmarks' cold and warm compiled rounds): a minute or more each,
+# so make test leaves them here.
 test-compiled-models: bytecode
 	$(PY) -m pytest -q -m compiled_models tests
 

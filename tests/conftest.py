@@ -1,5 +1,6 @@
 """Shared test set-up: offline Hugging Face, a private NEFF cache, seeds."""
 import atexit
+import contextlib
 import logging
 import os
 import shutil
@@ -26,14 +27,29 @@ from torch_neuronx.accounting import use_neff_cache  # noqa: E402
 from torch_neuronx.runtime.profiles import TOPOLOGY_ENV  # noqa: E402
 
 
+@contextlib.contextmanager
+def _neff_cache_aside(directory):
+    use_neff_cache(directory)
+    try:
+        yield directory
+    finally:
+        use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
+
+
+@pytest.fixture(scope="session")
+def own_neff_cache():
+    """``with own_neff_cache(directory):`` accounts against ``directory`` (``None``: no cache), with
+    nothing compiled yet, as in a new process, then against the session's cache again. Session-scoped,
+    so that a fixture of any scope can use it."""
+    return _neff_cache_aside
+
+
 @pytest.fixture
-def private_neff_cache(tmp_path):
-    """An empty NEFF cache of the test's own, with nothing compiled yet, as in a new process; the
-    session's cache is put back after. The background lane's children write the session's cache
-    while tests run, so a test that counts entries on disk must use its own."""
-    use_neff_cache(tmp_path / "neff")
-    yield tmp_path / "neff"
-    use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
+def private_neff_cache(tmp_path, own_neff_cache):
+    """An empty NEFF cache of the test's own (``own_neff_cache``). The background lane's children
+    write the session's cache while tests run, so a test that counts entries on disk must use its own."""
+    with own_neff_cache(tmp_path / "neff") as directory:
+        yield directory
 
 
 @pytest.fixture(autouse=True)

@@ -129,34 +129,30 @@ def test_corrupt_entries_are_rewritten(private_neff_cache):
     assert (k["misses"], k["disk_hits"], k["corrupt_entries_rewritten"]) == (0, 4, 0)
 
 
-def test_unusable_cache_dir_degrades_to_misses(tmp_path):
+def test_unusable_cache_dir_degrades_to_misses(tmp_path, own_neff_cache):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the cache dir should be")
     records = []
     handler = logging.Handler()
     handler.emit = records.append
     logging.getLogger("torch_neuronx").addHandler(handler)
-    use_neff_cache(blocker)
     try:
-        y = torch.randn(23, device="neuron")
-        y.sin(), y.cos()
-        k = torch_neuronx.metrics()["kernels"]
-        assert k["misses"] == 3 and k["calls"] == 3  # normal_, sin, cos
+        with own_neff_cache(blocker):
+            y = torch.randn(23, device="neuron")
+            y.sin(), y.cos()
+            k = torch_neuronx.metrics()["kernels"]
+            assert k["misses"] == 3 and k["calls"] == 3  # normal_, sin, cos
     finally:
         logging.getLogger("torch_neuronx").removeHandler(handler)
-        use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
     assert [r.getMessage().split(",")[0] for r in records] == [f"NEFF cache {blocker} is not usable"]
 
 
-def test_disabled_cache_counts_every_first_use(tmp_path):
-    use_neff_cache(None)
-    try:
+def test_disabled_cache_counts_every_first_use(own_neff_cache):
+    with own_neff_cache(None):
         torch.randn(29, device="neuron").cos()
         m = torch_neuronx.metrics()
         assert m["neff_cache"]["enabled"] is False
         assert m["kernels"]["misses"] >= 1 and m["kernels"]["disk_hits"] == 0
-    finally:
-        use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
 
 
 def _claim_all(directory, keys, seed, queue):

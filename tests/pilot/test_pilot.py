@@ -4,13 +4,11 @@ from __future__ import annotations
 import copy
 import io
 import json
-import os
 
 import pytest
 import torch
 from rich.console import Console
 
-from torch_neuronx.accounting import use_neff_cache
 from torch_neuronx.cli.main import main
 from torch_neuronx.pilot import PilotConfig, run_pilot
 from torch_neuronx.pilot import model as pilot_model
@@ -31,15 +29,12 @@ def _quiet() -> PilotConsole:
 
 
 @pytest.fixture(scope="module")
-def neuron_report(tmp_path_factory):
+def neuron_report(tmp_path_factory, own_neff_cache):
     """The pilot in an empty NEFF cache of its own, as on a new machine: its cold kernel
     compilations are counted whatever other processes of the session put in the shared cache."""
     out = tmp_path_factory.mktemp("pilot-neuron")
-    use_neff_cache(tmp_path_factory.mktemp("pilot-neff"))
-    try:
+    with own_neff_cache(tmp_path_factory.mktemp("pilot-neff")):
         code = main(["pilot", "--out", str(out), *MINIMAL, "--price-per-hour", "1.5"])
-    finally:
-        use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])
     return code, json.loads((out / "report.json").read_text()), out
 
 

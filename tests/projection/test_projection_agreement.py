@@ -4,7 +4,6 @@ compile seconds, step seconds and dollars, because each displays the projector's
 results instead of recomputing them."""
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 import pytest
@@ -12,7 +11,7 @@ import torch
 
 import torch_neuronx
 from torch_neuronx import projection as P
-from torch_neuronx.accounting import projected, use_neff_cache
+from torch_neuronx.accounting import projected
 from torch_neuronx.pilot.steps import compilation, cost, performance
 from torch_neuronx.testing.decoding import cache_argument
 
@@ -31,7 +30,7 @@ def _tiny_llama():
 
 
 @pytest.fixture
-def job(tmp_path):
+def job(tmp_path, own_neff_cache):
     """One training step (forward + backward) of a tiny Llama on the neuron device, with an
     empty NEFF cache (a first run), read by every consumer of the projection. Both resets: the
     projection's compile seconds count the graphs compiled since ``reset_dynamo_metrics()``, and
@@ -41,19 +40,18 @@ def job(tmp_path):
     cfg, model = _tiny_llama()
     model = model.to("neuron").train()
     ids = torch.randint(0, cfg.vocab_size, (2, 16)).to("neuron")
-    use_neff_cache(tmp_path / "neff")
-    torch_neuronx.reset_metrics()
-    torch_neuronx.reset_dynamo_metrics()
-    try:
-        bench = _Projecting()
-        bench_mark, pilot_mark = bench.projection_mark(), projected.mark()
-        model(input_ids=ids, labels=ids).loss.backward()
-        torch.neuron.synchronize()
-        yield {"cfg": cfg, "metrics": torch_neuronx.metrics(), "section": projected.section(1, PRICE),
-               "bench": bench.projected(bench_mark), "pilot_window": projected.since(pilot_mark)}
-    finally:
-        use_neff_cache(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"])  # the session's, as before
+    with own_neff_cache(tmp_path / "neff"):
         torch_neuronx.reset_metrics()
+        torch_neuronx.reset_dynamo_metrics()
+        try:
+            bench = _Projecting()
+            bench_mark, pilot_mark = bench.projection_mark(), projected.mark()
+            model(input_ids=ids, labels=ids).loss.backward()
+            torch.neuron.synchronize()
+            yield {"cfg": cfg, "metrics": torch_neuronx.metrics(), "section": projected.section(1, PRICE),
+                   "bench": bench.projected(bench_mark), "pilot_window": projected.since(pilot_mark)}
+        finally:
+            torch_neuronx.reset_metrics()
 
 
 def test_metrics_pilot_and_benchmarks_show_the_same_compile_step_and_dollars(job):
